@@ -1,0 +1,266 @@
+"""Structured configs: every knob of the toolkit, typed, registered in Hydra's ConfigStore.
+
+The YAML files under ``configs/`` only pick values; the schema lives here, so a typo'd key or a
+wrongly typed value in an override fails when Hydra composes the config, before any work starts.
+Each config group option (``data/local.yaml``, ``model/rnnsearch.yaml``, ...) starts from one of the
+schemas stored below (``defaults: [local_schema]``), so the subclass decides which keys exist.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+@dataclass
+class CleanConfig:
+    """Filters applied to training pairs only (valid/test are kept whole so scores stay comparable)."""
+
+    min_words: int = 1
+    max_words: int = 200
+    max_ratio: float = 3.0  # longer side / shorter side, in whitespace words
+
+
+@dataclass
+class DataConfig:
+    source: str = MISSING  # "hf" | "local" | "toy"
+    name: str = MISSING  # prepared corpus goes to {cache_dir}/{name}/
+    cache_dir: str = "data"
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    clean: CleanConfig = field(default_factory=CleanConfig)
+
+
+@dataclass
+class HFDataConfig(DataConfig):
+    """WMT through Hugging Face ``datasets``; the training subset is streamed, never fully downloaded."""
+
+    source: str = "hf"
+    name: str = "wmt14_de_en"
+    path: str = "wmt/wmt14"
+    config_name: str = "de-en"
+    data_files: str | None = None  # local parquet/json instead of the hub (tests, mirrors)
+    train_size: int = 200_000
+    train_split: str = "train"
+    valid_split: str = "validation"  # newstest2013
+    test_split: str = "test"  # newstest2014
+
+
+@dataclass
+class LocalDataConfig(DataConfig):
+    """A folder of line-aligned ``{split}.{lang}`` files."""
+
+    source: str = "local"
+    name: str = "${basename:${data.dir}}"
+    dir: str = MISSING
+    extra_train: list[str] = field(default_factory=list)  # prefixes, e.g. ["extra-newstest2008-2012"]
+
+
+@dataclass
+class ToyDataConfig(DataConfig):
+    """A synthetic, learnable task: word-by-word lexicon mapping plus a reordering rule."""
+
+    source: str = "toy"
+    name: str = "toy"
+    src_lang: str = "src"
+    tgt_lang: str = "tgt"
+    train_size: int = 4000
+    valid_size: int = 200
+    test_size: int = 200
+    vocab_words: int = 40
+    min_len: int = 3
+    max_len: int = 10
+    seed: int = 1234
+
+
+# ----------------------------------------------------------------------------------------- tokenizer
+
+
+@dataclass
+class TokenizerConfig:
+    joint: bool = True  # one SentencePiece model for both languages (enables tied embeddings)
+    model_type: str = "bpe"  # "bpe" | "unigram"
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+    input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) for training
+    seed: int = 42
+
+
+# --------------------------------------------------------------------------------------------- model
+
+
+@dataclass
+class ModelConfig:
+    arch: str = MISSING
+    dropout: float = 0.1
+    max_positions: int = 1024  # longest source/target (subwords); longer input is truncated
+
+
+@dataclass
+class TransformerConfig(ModelConfig):
+    arch: str = "transformer"
+    d_model: int = 512
+    ff_dim: int = 2048
+    heads: int = 8
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    norm_first: bool = True  # pre-norm; False = post-norm as in the paper
+    positional: str = "sinusoidal"  # "sinusoidal" | "learned"
+    share_embeddings: bool = True  # tie source/target/output embeddings (needs a joint vocabulary)
+    self_attention: str = "dot_product"  # "dot_product" | "additive"
+    cross_attention: str = "dot_product"  # "dot_product" | "additive"
+    additive_dim: int = 0  # hidden size of additive scores per head; 0 = head dimension
+    additive_chunk: int = 64  # target positions scored at once by additive attention
+
+
+@dataclass
+class RNNSearchConfig(ModelConfig):
+    """Bahdanau, Cho and Bengio (2014): BiGRU encoder, GRU decoder with additive attention."""
+
+    arch: str = "rnnsearch"
+    embed_dim: int = 620
+    hidden_size: int = 1000
+    attention_dim: int = 1000
+    maxout: bool = True  # deep output with a maxout layer (paper); False = linear readout
+    readout_dim: int = 500
+    share_embeddings: bool = False
+
+
+# ----------------------------------------------------------------------------------------- optimizer
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adam"  # "adam" | "adamw"
+    lr: float = 7e-4  # peak learning rate, reached after warmup
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    warmup_steps: int = 4000
+    schedule: str = "inverse_sqrt"  # "inverse_sqrt" | "constant"
+    clip_norm: float = 1.0  # 0 = no clipping
+    label_smoothing: float = 0.1
+
+
+# ------------------------------------------------------------------------------------------- trainer
+
+
+@dataclass
+class TrainerConfig:
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
+    precision: str = "auto"  # "auto" | "fp32" | "bf16" | "fp16"; auto = bf16/fp16 on GPU, fp32 on CPU
+    compile: bool = False
+    max_tokens: int = 4096  # padded source+target tokens per batch (per rank)
+    accumulate: int = 1
+    max_steps: int = 0  # optimizer updates; 0 = no limit
+    max_epochs: int = 0  # 0 = no limit
+    max_minutes: float = 0.0  # wall-clock budget for training; 0 = no limit
+    log_every: int = 50
+    valid_every: int = 1000
+    valid_bleu_sentences: int = 500  # validation sentences decoded for BLEU; 0 = all
+    valid_beam_size: int = 1
+    best_metric: str = "bleu"  # "bleu" | "chrf" | "loss"
+    patience: int = 0  # validations without improvement before stopping; 0 = never stop early
+    keep_checkpoints: int = 5  # step checkpoints kept besides last.pt and best.pt
+    save_every: int = 0  # step checkpoint interval; 0 = at every validation
+    resume: str | None = None  # "auto" (last.pt of this run dir) or a checkpoint path
+    max_bad_steps: int = 20  # consecutive non-finite losses before giving up
+    num_text_examples: int = 3  # validation triples written to TensorBoard
+    attention_image: bool = True  # cross-attention heatmap of a validation sentence in TensorBoard
+    progress: bool = True
+
+
+# ------------------------------------------------------------------------------------------ decoding
+
+
+@dataclass
+class DecodingConfig:
+    beam_size: int = 5
+    alpha: float = 0.6  # GNMT length penalty ((5+|y|)/6)^alpha; 0 = none
+    max_len_a: float = 1.2  # maximum output length a * src_len + b
+    max_len_b: int = 10
+    nbest: int = 1
+    no_unk: bool = False
+    max_tokens: int = 8000  # source tokens per decoding batch (times beam size)
+    cache: bool = True  # incremental decoding with a key/value cache
+
+
+# --------------------------------------------------------------------------------------- the scripts
+
+
+@dataclass
+class TrainConfig:
+    data: DataConfig = MISSING
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = MISSING
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    seed: int = 1
+
+
+@dataclass
+class EvalFilesConfig:
+    src: str | None = None  # evaluate on these files instead of a configured split
+    ref: str | None = None
+    out: str | None = None  # hypotheses file; default: next to the report
+    metrics: list[str] = field(default_factory=lambda: ["bleu", "chrf"])  # add "ter" for TER
+    tb_dir: str | None = None  # a run dir whose TensorBoard gets the scores
+
+
+@dataclass
+class EvalDataConfig:
+    """Overrides of the data settings stored in the checkpoint."""
+
+    split: str = "test"
+    dir: str | None = None  # the local data folder, if it moved since training
+    cache_dir: str | None = None
+
+
+@dataclass
+class EvaluateConfig:
+    checkpoint: str = MISSING
+    data: EvalDataConfig = field(default_factory=EvalDataConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    eval: EvalFilesConfig = field(default_factory=EvalFilesConfig)
+    device: str = "auto"
+
+
+@dataclass
+class TranslateConfig:
+    checkpoint: str = MISSING
+    input: str | None = None  # file; default stdin
+    output: str | None = None  # file; default stdout
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    batch_sentences: int = 64
+    device: str = "auto"
+
+
+def _basename(path: str) -> str:
+    return os.path.basename(os.path.normpath(path))
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    if not OmegaConf.has_resolver("basename"):
+        OmegaConf.register_new_resolver("basename", _basename)
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="evaluate_schema", node=EvaluateConfig)
+    cs.store(name="translate_schema", node=TranslateConfig)
+    cs.store(group="data", name="hf_schema", node=HFDataConfig)
+    cs.store(group="data", name="local_schema", node=LocalDataConfig)
+    cs.store(group="data", name="toy_schema", node=ToyDataConfig)
+    cs.store(group="model", name="transformer_schema", node=TransformerConfig)
+    cs.store(group="model", name="rnnsearch_schema", node=RNNSearchConfig)
+    cs.store(group="tokenizer", name="tokenizer_schema", node=TokenizerConfig)
+    cs.store(group="optim", name="optim_schema", node=OptimConfig)
+    cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+    cs.store(group="decoding", name="decoding_schema", node=DecodingConfig)
