@@ -168,8 +168,7 @@ class TrainerConfig:
     valid_beam_size: int = 1
     best_metric: str = "bleu"  # "bleu" | "chrf" | "loss"
     patience: int = 0  # validations without improvement before stopping; 0 = never stop early
-    keep_checkpoints: int = 5  # step checkpoints kept besides last.pt and best.pt
-    save_every: int = 0  # step checkpoint interval; 0 = at every validation
+    keep_checkpoints: int = 5  # step_N.pt written at each validation, the last K kept (for averaging)
     resume: str | None = None  # "auto" (last.pt of this run dir) or a checkpoint path
     max_bad_steps: int = 20  # consecutive non-finite losses before giving up
     num_text_examples: int = 3  # validation triples written to TensorBoard
@@ -243,6 +242,25 @@ class TranslateConfig:
     device: str = "auto"
 
 
+@dataclass
+class AverageConfig:
+    run_dir: str | None = None  # average the newest `last` step_N.pt of this run ...
+    last: int = 5
+    inputs: list[str] = field(default_factory=list)  # ... or exactly these checkpoints
+    output: str | None = None  # default: {run_dir}/checkpoints/averaged.pt
+
+
+@dataclass
+class PlotAttentionConfig:
+    checkpoint: str = MISSING
+    text: str = MISSING
+    output: str = "attention.png"
+    layer: int = -1  # decoder layer (Transformer); -1 = last
+    heads: str = "mean"  # "mean" (one panel) or "all" (one panel per head)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    device: str = "auto"
+
+
 def _basename(path: str) -> str:
     return os.path.basename(os.path.normpath(path))
 
@@ -255,6 +273,8 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="evaluate_schema", node=EvaluateConfig)
     cs.store(name="translate_schema", node=TranslateConfig)
+    cs.store(name="average_schema", node=AverageConfig)
+    cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
     cs.store(group="data", name="hf_schema", node=HFDataConfig)
     cs.store(group="data", name="local_schema", node=LocalDataConfig)
     cs.store(group="data", name="toy_schema", node=ToyDataConfig)
@@ -264,3 +284,20 @@ def register_configs() -> None:
     cs.store(group="optim", name="optim_schema", node=OptimConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
     cs.store(group="decoding", name="decoding_schema", node=DecodingConfig)
+
+
+DATA_SCHEMAS = {"hf": HFDataConfig, "local": LocalDataConfig, "toy": ToyDataConfig}
+MODEL_SCHEMAS = {"transformer": TransformerConfig, "rnnsearch": RNNSearchConfig}
+
+
+def to_train_config(container: dict) -> TrainConfig:
+    """Rebuild a typed TrainConfig from a plain (resolved) dict, e.g. the one stored in a checkpoint."""
+    schema = OmegaConf.structured(TrainConfig)
+    schema.data = OmegaConf.structured(DATA_SCHEMAS[container["data"]["source"]])
+    schema.model = OmegaConf.structured(MODEL_SCHEMAS[container["model"]["arch"]])
+    return OmegaConf.to_object(OmegaConf.merge(schema, container))
+
+
+def to_container(cfg: TrainConfig) -> dict:
+    """A plain, resolved dict of the config (for checkpoints, TensorBoard hparams, printing)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)

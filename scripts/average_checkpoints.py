@@ -1,0 +1,35 @@
+"""Average checkpoints: ``python scripts/average_checkpoints.py run_dir=RUN [last=5] [output=PATH]``."""
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.cli import run_cli
+from nmt.config import register_configs
+from nmt.errors import NMTError
+from nmt.training.average import average_checkpoints, last_checkpoints
+from nmt.training.checkpoint import atomic_save
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="average_checkpoints")
+@run_cli
+def main(cfg: DictConfig) -> None:
+    cfg = OmegaConf.to_object(cfg)
+    if bool(cfg.inputs) == bool(cfg.run_dir):
+        raise NMTError("give either run_dir=RUN (with last=K) or inputs=[a.pt,b.pt,...]")
+    paths = [Path(p) for p in cfg.inputs] if cfg.inputs else last_checkpoints(Path(cfg.run_dir), cfg.last)
+    if cfg.output:
+        output = Path(cfg.output)
+    elif cfg.run_dir:
+        output = Path(cfg.run_dir) / "checkpoints" / "averaged.pt"
+    else:
+        raise NMTError("output=PATH is required with inputs=[...]")
+    atomic_save(average_checkpoints(paths), output)
+    print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {output}")
+
+
+if __name__ == "__main__":
+    main()

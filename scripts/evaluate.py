@@ -1,0 +1,33 @@
+"""Evaluate a checkpoint: ``python scripts/evaluate.py checkpoint=PATH [data.split=test] ...``.
+
+Prints BLEU and chrF (sacrebleu, with signatures); writes the hypotheses and a JSON report into
+``eval/`` beside the run's checkpoints folder.
+"""
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.cli import run_cli
+from nmt.config import register_configs
+from nmt.evaluation import evaluate_checkpoint, format_scores, report_dir
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")
+@run_cli
+def main(cfg: DictConfig) -> None:
+    cfg = OmegaConf.to_object(cfg)
+    report = evaluate_checkpoint(cfg, report_dir(Path(cfg.checkpoint)))
+    print(format_scores(report["score_objects"]))
+    print(
+        f"{report['sentences']} sentences in {report['elapsed_s']:.1f} s "
+        f"({report['sentences_per_s']:.1f} sent/s, {report['tokens_per_s']:.0f} tok/s)"
+    )
+    print(f"hypotheses: {report['hypotheses']}\nreport: {report['report']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""Train a model: ``python scripts/train.py [data=local data.dir=...] [model=...] [key=value ...]``."""
+
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.cli import run_cli
+from nmt.config import register_configs
+from nmt.training.loop import train
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+@run_cli
+def main(cfg: DictConfig) -> None:
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    overrides = [o for o in hydra_cfg.overrides.task if not o.startswith("trainer.resume=")]
+    hint = " ".join(
+        ["python scripts/train.py", *overrides, f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
+    )
+    train(OmegaConf.to_object(cfg), run_dir, resume_hint=hint)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Small helpers for the on-disk caches of prepared data: content keys and atomic writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def config_dict(cfg: Any) -> dict:
+    """A plain, resolved dict of a dataclass or DictConfig, so it can be hashed and stored as JSON."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)
+    if is_dataclass(cfg):
+        return asdict(cfg)
+    return dict(cfg)
+
+
+def hash_key(obj: Any) -> str:
+    """Short stable hash of JSON-serialisable settings: the name of a cache folder."""
+    return hashlib.sha1(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def file_digest(path: Path) -> dict:
+    """Size and SHA-1 of a file: identifies training text whatever its name or modification time."""
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"size": os.path.getsize(path), "sha1": h.hexdigest()}
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Fill a temporary folder and rename it to ``path`` at the end.
+
+    An interrupted run leaves no half-written cache behind that a later run would trust.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if path.exists():  # someone else finished first; theirs is as good as ours
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,21 @@
+"""Data pipeline: sources -> cleaning -> SentencePiece -> cached ids -> token-budget batches."""
+
+from nmt.data.batching import Batch, TokenBatchSampler, collate
+from nmt.data.clean import clean_pairs
+from nmt.data.corpus import EncodedSplit, PreparedData, format_summary, prepare_corpus, prepare_text
+from nmt.data.sources import SPLITS, load_source, read_lines
+
+__all__ = [
+    "SPLITS",
+    "Batch",
+    "EncodedSplit",
+    "PreparedData",
+    "TokenBatchSampler",
+    "clean_pairs",
+    "collate",
+    "format_summary",
+    "load_source",
+    "prepare_corpus",
+    "prepare_text",
+    "read_lines",
+]

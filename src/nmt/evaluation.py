@@ -1,0 +1,138 @@
+"""Scores with sacrebleu (BLEU, chrF, TER), each with its signature, and evaluation reports."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sacrebleu.metrics import BLEU, CHRF, TER
+
+from nmt.config import EvaluateConfig, TrainConfig
+from nmt.data import SPLITS, prepare_text, read_lines
+from nmt.decoding import translate_ids
+from nmt.devices import select_device
+from nmt.errors import NMTError
+from nmt.training.checkpoint import load_checkpoint, model_from_checkpoint
+
+METRICS = {"bleu": BLEU, "chrf": CHRF, "ter": TER}
+
+
+@dataclass
+class Score:
+    name: str
+    score: float
+    signature: str
+    text: str  # sacrebleu's own formatting, e.g. "BLEU = 35.12 66.1/41.9/28.5/19.4 (BP = ...)"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def corpus_scores(
+    hyps: Sequence[str], refs: Sequence[str], metrics: Sequence[str] = ("bleu", "chrf")
+) -> dict[str, Score]:
+    """Corpus-level scores with sacrebleu's defaults (the same numbers as the ``sacrebleu`` CLI)."""
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    unknown = set(metrics) - set(METRICS)
+    if unknown:
+        raise ValueError(f"unknown metrics {sorted(unknown)}; choose from {sorted(METRICS)}")
+    scores = {}
+    for name in metrics:
+        metric = METRICS[name]()
+        result = metric.corpus_score(list(hyps), [list(refs)])
+        scores[name] = Score(name, round(float(result.score), 4), str(metric.get_signature()), str(result))
+    return scores
+
+
+def format_scores(scores: dict[str, Score]) -> str:
+    return "\n".join(f"{s.text}\n  signature: {s.signature}" for s in scores.values())
+
+
+# ------------------------------------------------------------------------------- checkpoint evaluation
+def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> dict:
+    """Decode a split (or ``eval.src``) with a checkpoint, score against the raw references, write
+    the hypotheses and a JSON report; returns the report."""
+    device = select_device(cfg.device)
+    ckpt = load_checkpoint(cfg.checkpoint)
+    model, tokenizer, train_cfg = model_from_checkpoint(ckpt, device)
+    sources, refs, test_name = evaluation_text(cfg, train_cfg)
+    started = time.perf_counter()
+    src_ids = tokenizer.encode_src(sources)
+    hyps = translate_ids(model, src_ids, cfg.decoding, device, train_cfg.model.max_positions, progress=True)
+    hyp_text = tokenizer.decode_tgt([h[0].tokens for h in hyps])
+    elapsed = time.perf_counter() - started
+    scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
+
+    stem = f"{Path(cfg.checkpoint).stem}.{test_name}.beam{cfg.decoding.beam_size}"
+    hyp_path = Path(cfg.eval.out) if cfg.eval.out else out_dir / f"{stem}.hyp"
+    hyp_path.parent.mkdir(parents=True, exist_ok=True)
+    hyp_path.write_text("".join(h + "\n" for h in hyp_text), encoding="utf-8")
+    if cfg.decoding.nbest > 1:
+        nbest = tokenizer.decode_tgt([h.tokens for hs in hyps for h in hs])
+        (hyp_path.with_suffix(".nbest")).write_text("".join(h + "\n" for h in nbest), encoding="utf-8")
+    out_tokens = sum(len(h[0].tokens) + 1 for h in hyps)
+    report = {
+        "checkpoint": str(Path(cfg.checkpoint).resolve()),
+        "test_set": test_name,
+        "sentences": len(sources),
+        "scores": {name: s.as_dict() for name, s in scores.items()},
+        "decoding": asdict(cfg.decoding),
+        "hypotheses": str(hyp_path),
+        "elapsed_s": round(elapsed, 3),
+        "sentences_per_s": round(len(sources) / elapsed, 2),
+        "tokens_per_s": round(out_tokens / elapsed, 1),
+        "device": str(device),
+        "step": ckpt.get("progress", {}).get("step"),
+    }
+    report_path = hyp_path.with_suffix(".json")
+    report_path.write_text(json.dumps(report, indent=2) + "\n")
+    report["report"] = str(report_path)
+    report["score_objects"] = scores
+    if cfg.eval.tb_dir:
+        log_scores_to_tensorboard(Path(cfg.eval.tb_dir), test_name, scores, report["step"] or 0)
+    return report
+
+
+def report_dir(checkpoint: Path) -> Path:
+    """``<run>/eval`` for ``<run>/checkpoints/x.pt``, else ``eval/`` beside the checkpoint."""
+    parent = checkpoint.resolve().parent
+    return (parent.parent if parent.name == "checkpoints" else parent) / "eval"
+
+
+def evaluation_text(cfg: EvaluateConfig, train_cfg: TrainConfig) -> tuple[list[str], list[str], str]:
+    """Source sentences, raw references and a name for them: ``eval.src/ref`` files or a data split."""
+    if cfg.eval.src or cfg.eval.ref:
+        if not (cfg.eval.src and cfg.eval.ref):
+            raise NMTError("eval.src and eval.ref must be given together")
+        sources, refs = read_lines(Path(cfg.eval.src)), read_lines(Path(cfg.eval.ref))
+        if len(sources) != len(refs):
+            raise NMTError(
+                f"line counts differ: {cfg.eval.src} has {len(sources)} lines, {cfg.eval.ref} has {len(refs)}"
+            )
+        return sources, refs, Path(cfg.eval.src).stem
+    data_cfg = train_cfg.data
+    if cfg.data.dir is not None:
+        data_cfg.dir = cfg.data.dir
+    if cfg.data.cache_dir is not None:
+        data_cfg.cache_dir = cfg.data.cache_dir
+    if cfg.data.split not in SPLITS:
+        raise NMTError(
+            f"data.split={cfg.data.split!r}: choose one of {list(SPLITS)} or give eval.src/eval.ref"
+        )
+    root = prepare_text(data_cfg, progress=True)
+    sources = read_lines(root / f"{cfg.data.split}.{data_cfg.src_lang}")
+    refs = read_lines(root / f"{cfg.data.split}.{data_cfg.tgt_lang}")
+    return sources, refs, cfg.data.split
+
+
+def log_scores_to_tensorboard(run_dir: Path, test_name: str, scores: dict[str, Score], step: int) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(run_dir / "tb")) as writer:
+        for name, s in scores.items():
+            writer.add_scalar(f"eval_{test_name}/{name}", s.score, step)
+            writer.add_text(f"eval_{test_name}/{name}_signature", s.signature, step)

@@ -1,0 +1,140 @@
+"""Attention variants behind one interface.
+
+Every variant is called as::
+
+    out, weights = attn(query, key, value, key_padding_mask=None, causal=False, cache=None,
+                        need_weights=False)
+
+with ``query`` (batch, tgt_len, d_model), ``key``/``value`` (batch, src_len, d_model),
+``key_padding_mask`` (batch, src_len) True at padding, ``causal`` masking future keys, and ``weights``
+(batch, heads, tgt_len, src_len) when asked for. The shared part (projections, heads, the key/value
+cache) lives in :class:`Attention`; a variant only defines how queries score keys (:meth:`attend`).
+
+The cache is a plain dict owned by the caller, one per layer and role:
+- self-attention (``cross=False``): each call appends the new keys/values, so the decoder feeds
+  one token at a time and attends over everything before it;
+- cross-attention (``cross=True``): keys/values of the encoder output are computed on the first
+  call and reused for every later step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class Attention(nn.Module):
+    """Multi-head attention skeleton: projections, head split/merge and the key/value cache."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float, cross: bool, score_dim: int | None = None):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model={d_model} is not divisible by heads={heads}")
+        self.heads, self.cross, self.dropout = heads, cross, dropout
+        self.head_dim = d_model // heads
+        self.score_dim = score_dim or self.head_dim  # per-head size of queries and keys
+        self.q_proj = nn.Linear(d_model, heads * self.score_dim)
+        self.k_proj = nn.Linear(d_model, heads * self.score_dim)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: dict | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        q = self._split(self.q_proj(query))
+        k, v = self._keys_values(key, value, cache)
+        # With a self-attention cache the single new query may see every cached key: no causal mask.
+        causal = causal and not (cache is not None and query.size(1) == 1)
+        out, weights = self.attend(q, k, v, key_padding_mask, causal, need_weights)
+        batch, _, tgt_len, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(batch, tgt_len, -1)), weights
+
+    def _split(self, x: Tensor) -> Tensor:
+        """(batch, len, heads * dim) -> (batch, heads, len, dim)."""
+        return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
+
+    def _keys_values(self, key: Tensor, value: Tensor, cache: dict | None) -> tuple[Tensor, Tensor]:
+        if cache is not None and self.cross and "k" in cache:
+            return cache["k"], cache["v"]
+        k, v = self._split(self.k_proj(key)), self._split(self.v_proj(value))
+        if cache is not None:
+            if not self.cross and "k" in cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        return k, v
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        causal: bool,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Combine values (batch, heads, src_len, head_dim) by query-key scores; returns (out, weights)."""
+        raise NotImplementedError
+
+
+def allowed_mask(
+    key_padding_mask: Tensor | None, causal: bool, tgt_len: int, src_len: int, device: torch.device
+) -> Tensor | None:
+    """Boolean mask broadcastable to (batch, heads, tgt, src), True where a query may look."""
+    mask = None
+    if key_padding_mask is not None:
+        mask = ~key_padding_mask[:, None, None, :]
+    if causal:
+        # Queries are the last tgt_len positions of src_len (equal when nothing is cached).
+        future = torch.ones(tgt_len, src_len, dtype=torch.bool, device=device).tril(src_len - tgt_len)
+        mask = future if mask is None else mask & future
+    return mask
+
+
+class DotProductAttention(Attention):
+    """Scaled dot-product attention (Vaswani et al., 2017) through ``F.scaled_dot_product_attention``,
+    which picks fused flash/memory-efficient kernels on GPU. The explicit softmax path is used only
+    when the weights are asked for (plots), since the fused kernels do not return them."""
+
+    def attend(self, q, k, v, key_padding_mask, causal, need_weights):
+        dropout = self.dropout if self.training else 0.0
+        if not need_weights:
+            if key_padding_mask is None and (not causal or q.size(2) == k.size(2)):
+                return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal), None
+            mask = allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+        return _softmax_combine(
+            scores,
+            v,
+            allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device),
+            dropout if self.training else 0.0,
+        )
+
+
+def _softmax_combine(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:
+    """Masked softmax over keys (masked weights exactly 0), then the weighted sum of values."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+    return F.dropout(weights, dropout, training=dropout > 0) @ v, weights
+
+
+ATTENTION = {"dot_product": DotProductAttention}
+
+
+def build_attention(kind: str, d_model: int, heads: int, dropout: float, cross: bool, **kwargs) -> Attention:
+    """The attention module of the named kind (config keys ``model.self_attention``/``cross_attention``)."""
+    if kind not in ATTENTION:
+        raise ValueError(f"unknown attention kind {kind!r}; choose one of {sorted(ATTENTION)}")
+    return ATTENTION[kind](d_model, heads, dropout, cross, **kwargs)

@@ -1,0 +1,176 @@
+"""SentencePiece subword models: training (cached by config and data), encoding, decoding.
+
+The special ids are fixed for the whole project, so models, batching and decoding agree on them
+without asking the tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+from pathlib import Path
+
+import sentencepiece as spm
+
+from nmt.cache import atomic_dir, config_dict, file_digest
+from nmt.config import TokenizerConfig
+from nmt.errors import NMTError
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+log = logging.getLogger(__name__)
+
+
+class Tokenizer:
+    """SentencePiece model(s) for source and target; joint = one model for both."""
+
+    def __init__(self, src_model: bytes, tgt_model: bytes | None = None):
+        self._protos = (src_model, tgt_model)
+        self.joint = tgt_model is None
+        self._src = spm.SentencePieceProcessor(model_proto=src_model)
+        self._tgt = self._src if self.joint else spm.SentencePieceProcessor(model_proto=tgt_model)
+        for sp in (self._src, self._tgt):
+            _check_special_ids(sp)
+        self.src_vocab_size: int = self._src.get_piece_size()
+        self.tgt_vocab_size: int = self._tgt.get_piece_size()
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of the model protos: encoded data cached under it is valid exactly for this tokenizer."""
+        h = hashlib.sha1(self._protos[0])
+        h.update(self._protos[1] or b"joint")
+        return h.hexdigest()[:12]
+
+    def encode_src(self, texts: list[str]) -> list[list[int]]:
+        return _encode(self._src, texts)
+
+    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
+        return _encode(self._tgt, texts)
+
+    def decode_src(self, ids: list[list[int]]) -> list[str]:
+        return [self._src.decode(_strip_specials(seq)) for seq in ids]
+
+    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
+        """Decode model output: padding and BOS are ignored, everything from the first EOS is cut."""
+        return [self._tgt.decode(_strip_specials(seq)) for seq in ids]
+
+    def src_pieces(self, ids: list[int]) -> list[str]:
+        return [self._src.id_to_piece(int(i)) for i in ids]
+
+    def tgt_pieces(self, ids: list[int]) -> list[str]:
+        return [self._tgt.id_to_piece(int(i)) for i in ids]
+
+    def state_dict(self) -> dict:
+        return {"src": self._protos[0], "tgt": self._protos[1]}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> Tokenizer:
+        return cls(state["src"], state["tgt"])
+
+
+def _encode(sp: spm.SentencePieceProcessor, texts: list[str]) -> list[list[int]]:
+    return sp.encode(list(texts), out_type=int, num_threads=_threads())
+
+
+def _strip_specials(ids: list[int]) -> list[int]:
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == EOS_ID:
+            break
+        if i not in (PAD_ID, BOS_ID):
+            out.append(i)
+    return out
+
+
+def _check_special_ids(sp: spm.SentencePieceProcessor) -> None:
+    found = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+    if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+        raise NMTError(f"SentencePiece model has special ids pad/unk/bos/eos = {found}, expected 0/1/2/3")
+
+
+def _threads() -> int:
+    return min(8, os.cpu_count() or 1)
+
+
+# ------------------------------------------------------------------------------------------ training
+
+
+def train_tokenizer(
+    cfg: TokenizerConfig, src_texts_path: Path, tgt_texts_path: Path, out_dir: Path
+) -> Tokenizer:
+    """Train (or reuse) SentencePiece on the training text, cached in ``out_dir/tokenizer-<hash>/``.
+
+    The hash covers the tokenizer config and the content of the text files, so a second run with the
+    same settings and data loads the model instead of retraining. A joint model is trained on both
+    files in a fixed (sorted) order, so en->de and de->en share it.
+    """
+    src_texts_path, tgt_texts_path = Path(src_texts_path), Path(tgt_texts_path)
+    settings = config_dict(cfg)
+    inputs = (
+        sorted([src_texts_path, tgt_texts_path]) if settings["joint"] else [src_texts_path, tgt_texts_path]
+    )
+    key = _cache_key(settings, inputs)
+    cache = Path(out_dir) / f"tokenizer-{key}"
+    names = ["joint.model"] if settings["joint"] else ["src.model", "tgt.model"]
+    if not cache.is_dir():
+        log.info(
+            "training SentencePiece (%s, vocab %d) -> %s",
+            settings["model_type"],
+            settings["vocab_size"],
+            cache,
+        )
+        files = [inputs] if settings["joint"] else [[p] for p in inputs]
+        protos = [_train(settings, f) for f in files]
+        with atomic_dir(cache) as tmp:
+            for name, proto in zip(names, protos):
+                (tmp / name).write_bytes(proto)
+            (tmp / "config.json").write_text(json.dumps(settings, indent=2) + "\n")
+    return Tokenizer(*[(cache / name).read_bytes() for name in names])
+
+
+def _cache_key(settings: dict, inputs: list[Path]) -> str:
+    digests = [file_digest(p) for p in inputs]
+    blob = json.dumps({"tokenizer": settings, "data": digests, "spm": spm.__version__}, sort_keys=True)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def _train(settings: dict, inputs: list[Path]) -> bytes:
+    if settings["model_type"] not in ("bpe", "unigram"):
+        raise NMTError(f"tokenizer.model_type={settings['model_type']!r}: expected 'bpe' or 'unigram'")
+    spm.set_random_generator_seed(settings["seed"])
+    writer = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            input=[str(p) for p in inputs],
+            model_writer=writer,
+            model_type=settings["model_type"],
+            vocab_size=settings["vocab_size"],
+            character_coverage=settings["character_coverage"],
+            input_sentence_size=settings["input_sentence_size"],
+            shuffle_input_sentence=True,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            num_threads=_threads(),
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise _training_error(e, settings, inputs) from None
+    return writer.getvalue()
+
+
+def _training_error(e: RuntimeError, settings: dict, inputs: list[Path]) -> NMTError:
+    where = ", ".join(str(p) for p in inputs)
+    limit = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", str(e))
+    if limit:
+        return NMTError(
+            f"{where}: the training text supports at most {limit.group(2)} subwords, but "
+            f"tokenizer.vocab_size={limit.group(1)}; lower tokenizer.vocab_size to <= {limit.group(2)}"
+        )
+    return NMTError(f"{where}: SentencePiece training failed: {e}")

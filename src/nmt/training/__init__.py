@@ -1,0 +1,1 @@
+"""Training: the loop, the schedule, the loss, checkpoints, TensorBoard, distributed set-up."""

@@ -1,0 +1,54 @@
+"""Checkpoint averaging (Vaswani et al. average the last 5 or 20 checkpoints for their BLEU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nmt.errors import NMTError
+from nmt.training.checkpoint import load_checkpoint, step_checkpoints
+
+
+def last_checkpoints(run_dir: Path, count: int) -> list[Path]:
+    """The newest ``count`` step_N.pt of a run (or of its checkpoints/ folder)."""
+    folder = run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir
+    found = step_checkpoints(folder)
+    if not found:
+        raise NMTError(f"no step_N.pt checkpoints in {folder}")
+    return found[-count:]
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
+    """A checkpoint whose weights are the mean of ``paths``' weights (config, tokenizer of the last).
+
+    Refuses checkpoints of different architectures or vocabularies. Training state (optimizer,
+    sampler) is dropped: the result is for evaluation and translation, not for resuming.
+    """
+    if not paths:
+        raise NMTError("nothing to average: no checkpoints given")
+    first = load_checkpoint(paths[0])
+    total = {k: v.detach().double().clone() for k, v in first["model"].items()}
+    for path in paths[1:]:
+        ckpt = load_checkpoint(path)
+        if ckpt["config"]["model"] != first["config"]["model"] or ckpt["vocab"] != first["vocab"]:
+            raise NMTError(
+                f"cannot average {path} with {paths[0]}: different model architecture or vocabulary "
+                f"({ckpt['config']['model']} vs {first['config']['model']})"
+            )
+        if ckpt["model"].keys() != total.keys() or any(
+            ckpt["model"][k].shape != v.shape for k, v in total.items()
+        ):
+            raise NMTError(f"cannot average {path} with {paths[0]}: different parameter names or shapes")
+        for k, v in ckpt["model"].items():
+            total[k] += v.double()
+    last = ckpt if len(paths) > 1 else first
+    averaged = {k: (v / len(paths)).to(first["model"][k].dtype) for k, v in total.items()}
+    return {
+        "format": first["format"],
+        "model": averaged,
+        "config": last["config"],
+        "tokenizer": last["tokenizer"],
+        "vocab": last["vocab"],
+        "progress": last.get("progress", {}),
+        "averaged_from": [str(p) for p in paths],
+    }

@@ -1,0 +1,132 @@
+"""Checkpoints: written atomically, loaded without running code, complete enough to translate alone.
+
+A checkpoint is a dict of tensors and plain Python values (see :func:`make_checkpoint`), saved with
+``torch.save`` and read back with ``torch.load(weights_only=True)``, which refuses pickled code.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nmt.config import TrainConfig, to_train_config
+from nmt.errors import NMTError
+from nmt.models import Seq2Seq, build_model
+from nmt.tokenizer import Tokenizer
+
+FORMAT_VERSION = 1
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(_as_tuple(state["python"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuple(x: Any) -> Any:
+    return tuple(_as_tuple(v) for v in x) if isinstance(x, list | tuple) else x
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename over ``path``.
+
+    A crash at any point leaves either the old file or the new one, never a torn one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint on the CPU; refuse anything that is not plain data."""
+    path = Path(path)
+    if not path.is_file():
+        raise NMTError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise NMTError(
+            f"{path}: refused to load (not a plain-data checkpoint): {str(e).splitlines()[0]}"
+        ) from e
+    except (RuntimeError, EOFError) as e:
+        raise NMTError(f"{path}: not a readable checkpoint ({e})") from e
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT_VERSION:
+        raise NMTError(f"{path}: not an nmt checkpoint (format {FORMAT_VERSION} expected)")
+    return ckpt
+
+
+def checkpoint_config(ckpt: dict[str, Any]) -> TrainConfig:
+    return to_train_config(ckpt["config"])
+
+
+def model_from_checkpoint(
+    ckpt: dict[str, Any], device: torch.device | str = "cpu"
+) -> tuple[Seq2Seq, Tokenizer, TrainConfig]:
+    """Rebuild model, tokenizer and config from a checkpoint alone (no run dir, no data needed)."""
+    cfg = checkpoint_config(ckpt)
+    tokenizer = Tokenizer.from_state_dict(ckpt["tokenizer"])
+    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+    load_model_state(model, ckpt, where="checkpoint")
+    return model.to(device).eval(), tokenizer, cfg
+
+
+def load_model_state(model: Seq2Seq, ckpt: dict[str, Any], where: str) -> None:
+    """Load weights, with a clear message when vocabulary or architecture do not match."""
+    vocab = ckpt.get("vocab", {})
+    expected = model.vocab_sizes
+    if vocab and vocab != expected:
+        raise NMTError(
+            f"{where}: vocabulary mismatch: checkpoint has src/tgt vocab {vocab['src']}/{vocab['tgt']}, "
+            f"the configured model has {expected['src']}/{expected['tgt']} (tokenizer.vocab_size?)"
+        )
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise NMTError(f"{where}: architecture does not match the configured model: {e}") from e
+
+
+def step_checkpoints(folder: Path) -> list[Path]:
+    """``step_N.pt`` files of a run, oldest first."""
+    found = [
+        (int(m.group(1)), p)
+        for p in folder.glob("step_*.pt")
+        if (m := re.fullmatch(r"step_(\d+)\.pt", p.name))
+    ]
+    return [p for _, p in sorted(found)]
+
+
+def prune_step_checkpoints(folder: Path, keep: int) -> None:
+    for old in step_checkpoints(folder)[: max(0, len(step_checkpoints(folder)) - keep)]:
+        old.unlink(missing_ok=True)
+
+
+def all_finite(model: torch.nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())

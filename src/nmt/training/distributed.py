@@ -1,0 +1,54 @@
+"""torch.distributed set-up for ``torchrun``: one process per device, NCCL on GPU, gloo on CPU."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: torch.device) -> Dist:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1); a no-op otherwise."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return Dist()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def all_reduce_sum(values: torch.Tensor, ctx: Dist) -> torch.Tensor:
+    if ctx.enabled:
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def broadcast_object(obj, ctx: Dist):
+    """Rank 0's value of ``obj`` on every rank (stop decisions, validation results)."""
+    if not ctx.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def cleanup(ctx: Dist) -> None:
+    if ctx.enabled and dist.is_initialized():
+        dist.destroy_process_group()

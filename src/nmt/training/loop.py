@@ -1,0 +1,510 @@
+"""The training loop, readable top to bottom: :func:`train` is the whole story.
+
+One update = ``trainer.accumulate`` micro-batches whose summed loss is divided by their total number
+of target tokens (over all ranks), so accumulation and DDP give the same gradient as one big batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import signal
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from nmt.config import TrainConfig, to_container
+from nmt.data import Batch, PreparedData, TokenBatchSampler, collate, prepare_corpus
+from nmt.decoding import translate_ids
+from nmt.devices import autocast, resolve_precision, select_device
+from nmt.errors import NMTError
+from nmt.evaluation import corpus_scores
+from nmt.models import Seq2Seq, build_model, count_parameters
+from nmt.tokenizer import PAD_ID
+from nmt.training import checkpoint as ckpt_io
+from nmt.training.distributed import Dist, all_reduce_sum, broadcast_object, cleanup, init_distributed
+from nmt.training.loss import label_smoothed_nll
+from nmt.training.monitor import Monitor
+from nmt.training.schedule import learning_rate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Progress:
+    """Everything besides tensors that a resumed run needs to continue exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    best: float | None = None
+    bad_validations: int = 0
+    bad_steps: int = 0
+    skipped_steps: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    """The objects of one training run, passed around together."""
+
+    cfg: TrainConfig
+    data: PreparedData
+    model: Seq2Seq  # the bare model: checkpoints, validation, decoding
+    step_model: torch.nn.Module  # what the training step calls: DDP- and/or compile-wrapped model
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    sampler: TokenBatchSampler
+    monitor: Monitor
+    ctx: Dist
+    device: torch.device
+    precision: str
+    ckpt_dir: Path
+    progress: Progress
+
+
+def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, float]:
+    """Train ``cfg.model`` on ``cfg.data``; checkpoints and TensorBoard logs go to ``run_dir``."""
+    run = set_up(cfg, run_dir)
+    stop = GracefulStop()
+    index_lists = endless_batches(run.sampler, run.progress, cfg)
+    train_split = run.data.splits["train"]
+    started, window, reason, validated_at = time.monotonic(), Window(), "", -1
+    bar = tqdm(
+        total=cfg.trainer.max_steps or None,
+        initial=run.progress.step,
+        desc="train",
+        unit="step",
+        disable=not (run.ctx.is_main and cfg.trainer.progress),
+        dynamic_ncols=True,
+    )
+    try:
+        while not reason:
+            micro = [next(index_lists) for _ in range(cfg.trainer.accumulate)]
+            if None in micro:
+                reason = f"max_epochs={cfg.trainer.max_epochs} reached"
+                break
+            out_of_time = 0 < cfg.trainer.max_minutes < (time.monotonic() - started) / 60
+            batches = [collate(train_split, idx, cfg.model.max_positions).to(run.device) for idx in micro]
+            stats = train_step(run, batches, votes=[stop.requested, out_of_time])
+            run.progress.step += 1
+            bar.update(1)
+            window.add(stats)
+            if run.progress.step % cfg.trainer.log_every == 0:
+                log_train(run, window.flush(), bar)
+            reason = stop_reason(run, stats)
+            if (run.progress.step % cfg.trainer.valid_every == 0 or reason) and reason != "interrupted":
+                validated_at = run.progress.step
+                if not validate_and_save(run):
+                    reason = reason or f"early stopping: no improvement in {cfg.trainer.patience} validations"
+    finally:
+        bar.close()
+        stop.restore()
+    if reason == "interrupted":  # save at once, without validating
+        if run.ctx.is_main:
+            save_checkpoints(run, improved=False, step_file=False)
+    elif validated_at != run.progress.step and run.progress.step > 0:  # out of epochs between validations
+        validate_and_save(run)
+    if run.ctx.is_main:
+        log.info("stopped after %d steps: %s", run.progress.step, reason)
+        if reason == "interrupted":
+            log.info(
+                "saved %s; resume with:\n  %s",
+                run.ckpt_dir / "last.pt",
+                resume_hint or f"trainer.resume={run.ckpt_dir / 'last.pt'}",
+            )
+    final = run.progress.history[-1] if run.progress.history else {}
+    run.monitor.close(final)
+    cleanup(run.ctx)
+    return final
+
+
+# ------------------------------------------------------------------------------------------- set-up
+def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
+    """Device, process group, seeds, data, model, optimizer, sampler; restored from a checkpoint
+    when ``trainer.resume`` says so."""
+    device = select_device(cfg.trainer.device)
+    ctx = init_distributed(device)
+    if ctx.enabled and device.type == "cuda":
+        device = torch.device("cuda", ctx.local_rank)
+        torch.cuda.set_device(device)
+    seed_everything(cfg.seed)
+    data = prepare_on_main_first(cfg, ctx)
+    tok = data.tokenizer
+    model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).to(device)
+    optimizer = make_optimizer(model, cfg)
+    precision = resolve_precision(cfg.trainer.precision, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    train_split = data.splits["train"]
+    sampler = TokenBatchSampler(
+        train_split.src_lengths,
+        train_split.tgt_lengths,
+        cfg.trainer.max_tokens,
+        shuffle=True,
+        seed=cfg.seed,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+    )
+    progress = Progress()
+    ckpt_dir = run_dir / "checkpoints"
+    resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
+    if resume_from is not None:
+        progress = restore(resume_from, model, optimizer, scaler, sampler)
+        log.info("resumed from %s at step %d (epoch %d)", resume_from, progress.step, progress.epoch)
+    if ctx.is_main:
+        log.info(
+            "model: %s parameters; precision %s on %s; %d rank(s)",
+            f"{count_parameters(model):,}",
+            precision,
+            device,
+            ctx.world_size,
+        )
+        log.info(
+            "effective batch: up to %d tokens per update (max_tokens %d x accumulate %d x %d ranks)",
+            cfg.trainer.max_tokens * cfg.trainer.accumulate * ctx.world_size,
+            cfg.trainer.max_tokens,
+            cfg.trainer.accumulate,
+            ctx.world_size,
+        )
+    monitor = Monitor(run_dir, cfg, ctx.is_main, purge_step=progress.step or None)
+    return Run(
+        cfg,
+        data,
+        model,
+        wrap_model(model, cfg, ctx),
+        optimizer,
+        scaler,
+        sampler,
+        monitor,
+        ctx,
+        device,
+        precision,
+        ckpt_dir,
+        progress,
+    )
+
+
+# ------------------------------------------------------------------------------------------- set-up
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def prepare_on_main_first(cfg: TrainConfig, ctx: Dist) -> PreparedData:
+    """Rank 0 prepares (and caches) the corpus; the other ranks then read the cache."""
+    if ctx.is_main:
+        data = prepare_corpus(cfg.data, cfg.tokenizer, progress=True)
+    broadcast_object(None, ctx)  # a barrier that works on every backend
+    if not ctx.is_main:
+        data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
+    return data
+
+
+def make_optimizer(model: Seq2Seq, cfg: TrainConfig) -> torch.optim.Optimizer:
+    o = cfg.optim
+    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    if o.name not in kinds:
+        raise NMTError(f"optim.name must be one of {sorted(kinds)}, got {o.name!r}")
+    return kinds[o.name](
+        model.parameters(),
+        lr=learning_rate(1, o),
+        betas=tuple(o.betas),
+        eps=o.eps,
+        weight_decay=o.weight_decay,
+    )
+
+
+def wrap_model(model: Seq2Seq, cfg: TrainConfig, ctx: Dist) -> torch.nn.Module:
+    """DDP under torchrun, then ``torch.compile`` if asked (dynamic shapes: batches vary in length)."""
+    wrapped: torch.nn.Module = model
+    if ctx.enabled:
+        wrapped = DistributedDataParallel(
+            model, device_ids=[ctx.local_rank] if model_device(model).type == "cuda" else None
+        )
+    if cfg.trainer.compile:
+        wrapped = torch.compile(wrapped, dynamic=True)
+    return wrapped
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def resume_path(resume: str | None, ckpt_dir: Path) -> Path | None:
+    if not resume:
+        return None
+    if resume == "auto":
+        last = ckpt_dir / "last.pt"
+        if last.is_file():
+            return last
+        log.info("trainer.resume=auto: no %s yet, starting fresh", last)
+        return None
+    path = Path(resume)
+    if not path.is_file():
+        raise NMTError(f"trainer.resume={resume}: no such checkpoint")
+    return path
+
+
+def restore(path: Path, model, optimizer, scaler, sampler) -> Progress:
+    state = ckpt_io.load_checkpoint(path)
+    ckpt_io.load_model_state(model, state, where=f"trainer.resume={path}")
+    optimizer.load_state_dict(state["optimizer"])
+    scaler.load_state_dict(state["scaler"])
+    sampler.load_state_dict(state["sampler"])
+    ckpt_io.set_rng_state(state["rng"])
+    return Progress(**state["progress"])
+
+
+def endless_batches(sampler: TokenBatchSampler, progress: Progress, cfg: TrainConfig):
+    """Index lists epoch after epoch (from the sampler's saved position); None after ``max_epochs``."""
+    while True:
+        yield from sampler
+        progress.epoch += 1
+        if cfg.trainer.max_epochs and progress.epoch >= cfg.trainer.max_epochs:
+            while True:
+                yield None
+        sampler.set_epoch(progress.epoch)
+
+
+# -------------------------------------------------------------------------------------------- a step
+def train_step(run: Run, batches: list[Batch], votes: list[bool]) -> dict[str, Any]:
+    """One optimizer update over the micro-batches; returns the step's statistics.
+
+    ``votes`` (stop requested, out of time) are summed over ranks with the token count, in one
+    collective, so every rank takes the same decision at the same step.
+    """
+    cfg, ctx, progress, optimizer, scaler = run.cfg, run.ctx, run.progress, run.optimizer, run.scaler
+    counts = torch.tensor([float(sum(b.tgt_tokens for b in batches)), *map(float, votes)])
+    total_tokens = all_reduce_sum(counts, ctx)[0].item()
+    lr = learning_rate(progress.step + 1, cfg.optim)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss_sum = torch.zeros((), device=run.device)
+    nll_sum = torch.zeros((), device=run.device)
+    for i, batch in enumerate(batches):
+        sync = i == len(batches) - 1 or not ctx.enabled  # DDP: all-reduce gradients once per update
+        with nullcontext() if sync else run.step_model.no_sync(), autocast(run.device, run.precision):
+            keep = batch.tgt_out.ne(PAD_ID)
+            logits = run.step_model(batch.src, batch.tgt_in, keep)
+            loss, nll = label_smoothed_nll(logits, batch.tgt_out[keep], cfg.optim.label_smoothing)
+        # DDP averages gradients over ranks, hence world_size / (tokens of all ranks).
+        scaler.scale(loss * ctx.world_size / total_tokens).backward()
+        loss_sum += loss.detach()
+        nll_sum += nll.detach()
+    scaler.unscale_(optimizer)
+    max_norm = cfg.optim.clip_norm if cfg.optim.clip_norm > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), max_norm).item()
+    if math.isfinite(grad_norm) or scaler.is_enabled():
+        scaler.step(optimizer)  # with fp16 the scaler itself skips non-finite updates
+        progress.bad_steps = 0
+    else:
+        skip_update(progress, cfg)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return {
+        "loss_sum": loss_sum,
+        "nll_sum": nll_sum,
+        "tokens": total_tokens / ctx.world_size,
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "stop_signal": counts[1].item() > 0,
+        "out_of_time": counts[2].item() > 0,
+    }
+
+
+def skip_update(progress: Progress, cfg: TrainConfig) -> None:
+    """A non-finite loss/gradient: no update; give up when it keeps happening."""
+    progress.bad_steps += 1
+    progress.skipped_steps += 1
+    log.warning(
+        "step %d: non-finite loss or gradient, update skipped (%d in a row)",
+        progress.step + 1,
+        progress.bad_steps,
+    )
+    if progress.bad_steps > cfg.trainer.max_bad_steps:
+        raise NMTError(
+            f"{progress.bad_steps} consecutive non-finite losses/gradients at step {progress.step + 1} "
+            f"(trainer.max_bad_steps={cfg.trainer.max_bad_steps}); "
+            "lower optim.lr or use trainer.precision=fp32"
+        )
+
+
+def stop_reason(run: Run, stats: dict[str, Any]) -> str:
+    """Why training stops after this step ("" = go on)."""
+    if stats["stop_signal"]:
+        return "interrupted"
+    if stats["out_of_time"]:
+        return f"time budget of trainer.max_minutes={run.cfg.trainer.max_minutes:g} reached"
+    if run.cfg.trainer.max_steps and run.progress.step >= run.cfg.trainer.max_steps:
+        return f"max_steps={run.cfg.trainer.max_steps} reached"
+    return ""
+
+
+def log_train(run: Run, summary: dict[str, float], bar: tqdm) -> None:
+    run.monitor.train_scalars(summary, run.progress.step)
+    bar.set_postfix(
+        loss=f"{summary['loss']:.3f}", lr=f"{summary['lr']:.2e}", tok_s=f"{summary['tokens_per_s']:.0f}"
+    )
+
+
+class Window:
+    """Running sums between two log lines (loss is read from the device only here)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss, self.nll, self.tokens, self.all_tokens, self.steps = 0.0, 0.0, 0.0, 0, 0
+        self.loss_t: list = []
+        self.start = time.monotonic()
+        self.lr = self.grad_norm = 0.0
+
+    def add(self, stats: dict[str, Any]) -> None:
+        self.loss_t.append((stats["loss_sum"], stats["nll_sum"]))
+        self.tokens += stats["tokens"]
+        self.lr, self.grad_norm = stats["lr"], stats["grad_norm"]
+        self.steps += 1
+
+    def flush(self) -> dict[str, float]:
+        loss = sum(float(a) for a, _ in self.loss_t)
+        nll = sum(float(b) for _, b in self.loss_t)
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        out = {
+            "loss": loss / max(self.tokens, 1),
+            "ppl": math.exp(min(nll / max(self.tokens, 1), 50)),
+            "lr": self.lr,
+            "grad_norm": self.grad_norm,
+            "tokens_per_s": self.tokens / elapsed,
+        }
+        self.reset()
+        return out
+
+
+# ------------------------------------------------------------------------------------- validation
+@torch.no_grad()
+def validate(model: Seq2Seq, data: PreparedData, cfg: TrainConfig, device, precision) -> tuple[dict, list]:
+    """Teacher-forced loss/perplexity on the whole valid split, greedy BLEU/chrF on its first sentences."""
+    model.eval()
+    split = data.splits["valid"]
+    sampler = TokenBatchSampler(split.src_lengths, split.tgt_lengths, cfg.trainer.max_tokens, shuffle=False)
+    nll, tokens = 0.0, 0
+    for idx in sampler:
+        batch = collate(split, idx, cfg.model.max_positions).to(device)
+        with autocast(device, precision):
+            keep = batch.tgt_out.ne(0)
+            logits = model(batch.src, batch.tgt_in, keep)
+        nll += label_smoothed_nll(logits, batch.tgt_out[keep], 0.0)[1].item()
+        tokens += batch.tgt_tokens
+    n = (
+        len(split)
+        if cfg.trainer.valid_bleu_sentences <= 0
+        else min(len(split), cfg.trainer.valid_bleu_sentences)
+    )
+    sources = [split.src(i) for i in range(n)]
+    decoding = type(cfg.decoding)(
+        **{**vars(cfg.decoding), "beam_size": cfg.trainer.valid_beam_size, "nbest": 1}
+    )
+    with autocast(device, precision):
+        hyps = translate_ids(model, sources, decoding, device, cfg.model.max_positions)
+    hyp_text = data.tokenizer.decode_tgt([h[0].tokens for h in hyps])
+    src_text, ref_text = (side[:n] for side in data.raw("valid"))
+    scores = corpus_scores(hyp_text, ref_text)
+    model.train()
+    metrics = {
+        "loss": nll / max(tokens, 1),
+        "ppl": math.exp(min(nll / max(tokens, 1), 50)),
+        "bleu": scores["bleu"].score,
+        "chrf": scores["chrf"].score,
+    }
+    return metrics, list(zip(src_text, ref_text, hyp_text))
+
+
+def is_better(value: float, best: float | None, metric: str) -> bool:
+    if best is None:
+        return True
+    return value < best if metric == "loss" else value > best
+
+
+def validate_and_save(run: Run) -> bool:
+    """Validate, log and checkpoint on rank 0; False when early stopping says stop (all ranks agree)."""
+    keep_going = True
+    cfg, progress = run.cfg, run.progress
+    if run.ctx.is_main:
+        metrics, examples = validate(run.model, run.data, cfg, run.device, run.precision)
+        metrics["step"] = progress.step
+        progress.history.append(metrics)
+        value = metrics[cfg.trainer.best_metric]
+        improved = is_better(value, progress.best, cfg.trainer.best_metric)
+        if improved:
+            progress.best, progress.bad_validations = value, 0
+        else:
+            progress.bad_validations += 1
+        run.monitor.validation(metrics, examples, progress.step, run.model, run.data, run.device)
+        log.info(
+            "step %d: valid loss %.3f ppl %.2f BLEU %.2f chrF %.2f%s",
+            progress.step,
+            metrics["loss"],
+            metrics["ppl"],
+            metrics["bleu"],
+            metrics["chrf"],
+            " (best)" if improved else "",
+        )
+        save_checkpoints(run, improved, step_file=True)
+        keep_going = not (cfg.trainer.patience and progress.bad_validations >= cfg.trainer.patience)
+    return bool(broadcast_object(keep_going, run.ctx))
+
+
+def save_checkpoints(run: Run, improved: bool, step_file: bool) -> None:
+    """``last.pt`` always, ``best.pt`` when improved, ``step_N.pt`` (last K kept) at validations."""
+    if not ckpt_io.all_finite(run.model):
+        raise NMTError(
+            f"step {run.progress.step}: model weights are not finite; refusing to write a checkpoint"
+        )
+    state = {
+        "format": ckpt_io.FORMAT_VERSION,
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scaler": run.scaler.state_dict(),
+        "sampler": run.sampler.state_dict(),
+        "rng": ckpt_io.rng_state(),
+        "progress": asdict(run.progress),
+        "config": to_container(run.cfg),
+        "tokenizer": run.data.tokenizer.state_dict(),
+        "vocab": dict(run.model.vocab_sizes),
+    }
+    ckpt_io.atomic_save(state, run.ckpt_dir / "last.pt")
+    if improved:
+        ckpt_io.atomic_save(state, run.ckpt_dir / "best.pt")
+    if step_file and run.cfg.trainer.keep_checkpoints > 0:
+        ckpt_io.atomic_save(state, run.ckpt_dir / f"step_{run.progress.step}.pt")
+        ckpt_io.prune_step_checkpoints(run.ckpt_dir, run.cfg.trainer.keep_checkpoints)
+
+
+class GracefulStop:
+    """SIGINT/SIGTERM set a flag; the loop finishes its step, saves ``last.pt`` and exits cleanly."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):  # not the main thread (e.g. inside some test runners)
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:  # a second Ctrl-C means "now"
+            raise KeyboardInterrupt
+        self.requested = True
+        tqdm.write(f"{signal.Signals(signum).name} received: finishing this step and saving last.pt")
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

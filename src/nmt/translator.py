@@ -1,0 +1,100 @@
+"""Translate raw text with a checkpoint: tokenise, decode in length-sorted batches, detokenise."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+import torch
+
+from nmt.config import DecodingConfig, TrainConfig
+from nmt.decoding import Hypothesis, translate_ids
+from nmt.models import Seq2Seq
+from nmt.tokenizer import Tokenizer
+from nmt.training.checkpoint import load_checkpoint, model_from_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class Translator:
+    """Everything needed to translate, rebuilt from one checkpoint file."""
+
+    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, cfg: TrainConfig, device: torch.device):
+        self.model, self.tokenizer, self.cfg, self.device = model, tokenizer, cfg, device
+        self.max_source = cfg.model.max_positions - 1  # room for EOS
+
+    @classmethod
+    def from_checkpoint(cls, path: str, device: torch.device) -> Translator:
+        model, tokenizer, cfg = model_from_checkpoint(load_checkpoint(path), device)
+        return cls(model, tokenizer, cfg, device)
+
+    def encode(self, lines: Sequence[str]) -> list[list[int]]:
+        """Source ids, truncated (with a warning) to what the model can take."""
+        ids = self.tokenizer.encode_src([line.strip() for line in lines])
+        for i, seq in enumerate(ids):
+            if len(seq) > self.max_source:
+                log.warning(
+                    "line %d: %d subwords, truncated to the model's limit of %d",
+                    i + 1,
+                    len(seq),
+                    self.max_source,
+                )
+        return [seq[: self.max_source] for seq in ids]
+
+    def hypotheses(
+        self, lines: Sequence[str], decoding: DecodingConfig, progress: bool = False
+    ) -> list[list[Hypothesis]]:
+        """n-best lists for non-empty lines; an empty line gets an empty hypothesis list."""
+        ids = self.encode(lines)
+        todo = [i for i, seq in enumerate(ids) if seq]
+        out: list[list[Hypothesis]] = [[] for _ in lines]
+        results = translate_ids(
+            self.model,
+            [ids[i] for i in todo],
+            decoding,
+            self.device,
+            self.cfg.model.max_positions,
+            progress=progress,
+        )
+        for i, hyps in zip(todo, results):
+            out[i] = hyps
+        return out
+
+    def translate(self, lines: Sequence[str], decoding: DecodingConfig, progress: bool = False) -> list[str]:
+        """Best translation of every line; empty lines stay empty."""
+        hyps = self.hypotheses(lines, decoding, progress)
+        return self.tokenizer.decode_tgt([h[0].tokens if h else [] for h in hyps])
+
+
+def translate_stream(
+    translator: Translator, source: TextIO, target: TextIO, decoding: DecodingConfig, batch_sentences: int
+) -> None:
+    """Translate ``source`` line by line to ``target``: one line at a time when interactive, batches
+    of ``batch_sentences`` otherwise, flushing after each."""
+    interactive = source.isatty()
+    size = 1 if interactive else max(1, batch_sentences)
+    batch: list[str] = []
+    for line in _lines(source, interactive):
+        batch.append(line)
+        if len(batch) >= size:
+            _write(target, translator.translate(batch, decoding))
+            batch = []
+    if batch:
+        _write(target, translator.translate(batch, decoding))
+
+
+def _lines(source: TextIO, interactive: bool):
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = source.readline()
+        if not line:
+            return
+        yield line.rstrip("\n")
+
+
+def _write(target: TextIO, lines: list[str]) -> None:
+    target.write("".join(line + "\n" for line in lines))
+    target.flush()

@@ -1,0 +1,154 @@
+"""prepare_corpus end to end (toy, tiny local files, the shared data) and the prepare_data.py script."""
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+import nmt.data.corpus as corpus_module
+from nmt.config import CleanConfig, LocalDataConfig, TokenizerConfig, ToyDataConfig
+from nmt.data import format_summary, prepare_corpus
+from nmt.errors import NMTError
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO / "../shared/data"
+TOY_TOKENIZER = TokenizerConfig(vocab_size=150)
+
+
+def toy(tmp_path: Path, **kwargs) -> ToyDataConfig:
+    return ToyDataConfig(cache_dir=str(tmp_path), train_size=400, valid_size=20, test_size=30, **kwargs)
+
+
+def forbid_rebuilding(monkeypatch) -> None:
+    def fail(*args, **kwargs):
+        raise AssertionError("rebuilt although cached")
+
+    monkeypatch.setattr(corpus_module, "load_source", fail)
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", fail)
+    monkeypatch.setattr(corpus_module.np, "save", fail)
+
+
+def test_toy_end_to_end(tmp_path):
+    data = prepare_corpus(toy(tmp_path), TOY_TOKENIZER, progress=False)
+    assert data.root.parent == tmp_path / "toy"
+    assert {name: len(split) for name, split in data.splits.items()} == {
+        "train": 400,
+        "valid": 20,
+        "test": 30,
+    }
+    src_text, ref_text = data.raw("test")
+    test = data.splits["test"]
+    assert data.tokenizer.decode_src([test.src(i) for i in range(len(test))]) == src_text
+    assert data.tokenizer.decode_tgt([test.tgt(i) for i in range(len(test))]) == ref_text
+    assert test.src_lengths.tolist() == [len(test.src(i)) for i in range(len(test))]
+    assert isinstance(test.tgt(0), np.memmap) and test.tgt(0).dtype == np.int32
+    assert data.summary["pairs"] == {"train": 400, "valid": 20, "test": 30}
+    assert data.summary["tokens"]["train"]["src"] == int(data.splits["train"].src_lengths.sum())
+    assert data.summary["vocab_size"] == {"src": 150, "tgt": 150}
+
+
+def test_second_run_reuses_everything(tmp_path, monkeypatch):
+    first = prepare_corpus(toy(tmp_path), TOY_TOKENIZER, progress=False)
+    forbid_rebuilding(monkeypatch)
+    started = time.perf_counter()
+    second = prepare_corpus(toy(tmp_path), TOY_TOKENIZER, progress=False)
+    assert time.perf_counter() - started < 2
+    assert second.summary == first.summary and second.raw("valid") == first.raw("valid")
+
+
+def test_swapped_direction_shares_text_and_ids(tmp_path, monkeypatch):
+    forward = prepare_corpus(toy(tmp_path), TOY_TOKENIZER, progress=False)
+    forbid_rebuilding(monkeypatch)
+    backward = prepare_corpus(toy(tmp_path, src_lang="tgt", tgt_lang="src"), TOY_TOKENIZER, progress=False)
+    assert backward.raw("test") == tuple(reversed(forward.raw("test")))
+    assert backward.splits["train"].src(5).tolist() == forward.splits["train"].tgt(5).tolist()
+
+
+def test_changed_settings_prepare_anew(tmp_path):
+    first = prepare_corpus(toy(tmp_path), TOY_TOKENIZER, progress=False)
+    other_data = prepare_corpus(toy(tmp_path, seed=5), TOY_TOKENIZER, progress=False)
+    other_cleaning = prepare_corpus(
+        toy(tmp_path, clean=CleanConfig(max_words=6)), TOY_TOKENIZER, progress=False
+    )
+    assert len({first.root, other_data.root, other_cleaning.root}) == 3
+    assert other_cleaning.summary["dropped"]["train"]["too_long"] > 0
+    other_tokenizer = prepare_corpus(toy(tmp_path), replace(TOY_TOKENIZER, vocab_size=120), progress=False)
+    assert other_tokenizer.root == first.root and other_tokenizer.tokenizer.src_vocab_size == 120
+
+
+def test_local_corpus_records_what_cleaning_dropped(tmp_path):
+    src_dir = tmp_path / "corpus"
+    src_dir.mkdir()
+    en = ["hello world", "", "a b c d e f g h i j", "good morning"] * 30
+    de = ["hallo welt", "leer", "a", "guten morgen"] * 30
+    for split, n in (("train", 120), ("valid", 8), ("test", 8)):
+        (src_dir / f"{split}.en").write_text("".join(f"{line}\n" for line in en[:n]), encoding="utf-8")
+        (src_dir / f"{split}.de").write_text("".join(f"{line}\n" for line in de[:n]), encoding="utf-8")
+    cfg = LocalDataConfig(dir=str(src_dir), name="corpus", cache_dir=str(tmp_path / "cache"))
+    data = prepare_corpus(cfg, TokenizerConfig(vocab_size=40), progress=False)
+    assert data.summary["pairs"] == {"train": 60, "valid": 6, "test": 6}
+    assert data.summary["dropped"]["train"] == {"empty": 30, "too_short": 0, "too_long": 0, "ratio": 30}
+    meta = json.loads((data.root / "meta.json").read_text())
+    assert meta["dropped"] == data.summary["dropped"]
+    table = format_summary(data.summary)
+    assert "train" in table and "60 (empty 30, ratio 30)" in table and "en -> de" in table
+
+
+def test_same_languages_are_refused(tmp_path):
+    with pytest.raises(NMTError, match="both 'src'"):
+        prepare_corpus(toy(tmp_path, tgt_lang="src"), TOY_TOKENIZER, progress=False)
+
+
+# ------------------------------------------------------------------------------------------- script
+
+
+def run_script(*overrides: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts/prepare_data.py"), *overrides],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_prepare_data_script_prints_the_summary(tmp_path):
+    result = run_script("experiment=toy", f"data.cache_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr
+    assert "src -> tgt" in result.stdout and "4,000" in result.stdout
+    assert (tmp_path / "toy").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data=local"], "error: missing required setting(s): data.dir"),
+        (
+            ["data=local", "data.dir=/nonexistent/corpus"],
+            "error: data.dir=/nonexistent/corpus: 6 of 6 expected",
+        ),
+    ],
+)
+def test_prepare_data_script_reports_user_errors_in_one_line(tmp_path, overrides, message):
+    result = run_script(*overrides, f"data.cache_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 1
+    assert any(line.startswith(message) for line in result.stderr.splitlines()), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(not (SHARED / "multi30k-de-en/train.en").is_file(), reason="../shared/data not available")
+def test_prepare_shared_multi30k(tmp_path):
+    result = run_script(
+        "data=local",
+        "data.dir=../shared/data/multi30k-de-en",
+        f"data.cache_dir={tmp_path}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "28,998" in result.stdout and "1,014" in result.stdout and "1,000" in result.stdout

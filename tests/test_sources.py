@@ -1,0 +1,158 @@
+"""Raw text sources: local files (and every way they can be wrong), datasets on local parquet, toy."""
+
+from pathlib import Path
+
+import pytest
+
+from nmt.config import HFDataConfig, LocalDataConfig, ToyDataConfig
+from nmt.data.sources import load_hf, load_local, load_source, make_toy
+from nmt.errors import NMTError
+
+CORPUS = {
+    "train": (["a house", "the cat", "one two three"], ["ein Haus", "die Katze", "eins zwei drei"]),
+    "valid": (["good day"], ["guten Tag"]),
+    "test": (["thanks", "bye"], ["danke", "tschüss"]),
+    "extra": (["more text"], ["mehr Text"]),
+}
+
+
+def write_corpus(folder: Path, corpus: dict = CORPUS) -> Path:
+    for prefix, (en, de) in corpus.items():
+        (folder / f"{prefix}.en").write_text("".join(line + "\n" for line in en), encoding="utf-8")
+        (folder / f"{prefix}.de").write_text("".join(line + "\n" for line in de), encoding="utf-8")
+    return folder
+
+
+def local_cfg(folder: Path, **kwargs) -> LocalDataConfig:
+    return LocalDataConfig(dir=str(folder), name="tiny", **kwargs)
+
+
+def test_local_reads_every_split_and_appends_extra_train(tmp_path):
+    corpus = load_local(local_cfg(write_corpus(tmp_path), extra_train=["extra"]))
+    assert corpus["train"]["en"] == ["a house", "the cat", "one two three", "more text"]
+    assert corpus["train"]["de"] == ["ein Haus", "die Katze", "eins zwei drei", "mehr Text"]
+    assert corpus["valid"] == {"en": ["good day"], "de": ["guten Tag"]}
+    assert corpus["test"]["de"] == ["danke", "tschüss"]
+
+
+def test_missing_files_list_every_expected_path(tmp_path):
+    write_corpus(tmp_path)
+    (tmp_path / "valid.de").unlink()
+    with pytest.raises(NMTError) as e:
+        load_local(local_cfg(tmp_path, extra_train=["nope"]))
+    message = str(e.value)
+    for prefix in ("train", "nope", "valid", "test"):
+        for lang in ("en", "de"):
+            assert str(tmp_path / f"{prefix}.{lang}") in message
+    assert f"{tmp_path / 'valid.de'}  (missing)" in message
+    assert f"{tmp_path / 'nope.en'}  (missing)" in message
+    assert f"{tmp_path / 'train.en'}  (missing)" not in message
+
+
+def test_line_count_mismatch_names_both_files_and_counts(tmp_path):
+    write_corpus(tmp_path)
+    (tmp_path / "test.de").write_text("danke\ntschüss\nextra\n", encoding="utf-8")
+    with pytest.raises(NMTError) as e:
+        load_local(local_cfg(tmp_path))
+    message = str(e.value)
+    assert str(tmp_path / "test.en") in message and str(tmp_path / "test.de") in message
+    assert "2 lines" in message and "has 3" in message
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    write_corpus(tmp_path)
+    (tmp_path / "train.de").write_bytes(b"ein Haus\ndie Katze \xff\neins zwei drei\n")
+    with pytest.raises(NMTError, match=rf"{tmp_path / 'train.de'}:2: invalid UTF-8"):
+        load_local(local_cfg(tmp_path))
+
+
+def test_u0085_inside_a_line_keeps_sides_aligned(tmp_path):
+    write_corpus(tmp_path)
+    (tmp_path / "train.de").write_text(
+        "ein Haus\u0085 oder so\ndie Katze\neins zwei drei\n", encoding="utf-8"
+    )
+    corpus = load_local(local_cfg(tmp_path))
+    assert corpus["train"]["de"] == ["ein Haus\u0085 oder so", "die Katze", "eins zwei drei"]
+    assert len(corpus["train"]["en"]) == 3
+
+
+def test_crlf_and_missing_final_newline(tmp_path):
+    write_corpus(tmp_path)
+    (tmp_path / "valid.en").write_bytes(b"good day\r")
+    assert load_local(local_cfg(tmp_path))["valid"]["en"] == ["good day"]
+
+
+# ------------------------------------------------------------------------------------- datasets
+
+
+@pytest.fixture
+def parquet_dataset(tmp_path, monkeypatch) -> Path:
+    """train/validation/test parquet files with the WMT ``translation`` column; HF cache in tmp."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+    splits = {"train": 10, "validation": 2, "test": 3}
+    for split, n in splits.items():
+        rows = [{"de": f"{split} satz {i}", "en": f"{split} sentence {i}"} for i in range(n)]
+        datasets.Dataset.from_dict({"translation": rows}).to_parquet(tmp_path / f"{split}.parquet")
+    return tmp_path
+
+
+def test_hf_source_on_local_parquet_streams_train_size(parquet_dataset):
+    cfg = HFDataConfig(path="parquet", data_files=str(parquet_dataset / "{split}.parquet"), train_size=4)
+    corpus = load_source(cfg)
+    assert corpus["train"]["en"] == [f"train sentence {i}" for i in range(4)]
+    assert corpus["train"]["de"] == [f"train satz {i}" for i in range(4)]
+    assert corpus["valid"]["de"] == ["validation satz 0", "validation satz 1"]
+    assert corpus["test"]["en"] == [f"test sentence {i}" for i in range(3)]
+
+
+def test_hf_missing_language_is_explained(parquet_dataset):
+    cfg = HFDataConfig(path="parquet", data_files=str(parquet_dataset / "{split}.parquet"), tgt_lang="fr")
+    with pytest.raises(NMTError, match="missing key 'fr'"):
+        load_hf(cfg)
+
+
+def test_hf_missing_files_suggest_checking_them(tmp_path):
+    pytest.importorskip("datasets")
+    cfg = HFDataConfig(path="parquet", data_files=str(tmp_path / "none-{split}.parquet"))
+    with pytest.raises(NMTError, match="could not load .*none-train.parquet.*check data.data_files"):
+        load_hf(cfg)
+
+
+def test_hub_failure_suggests_local_data(monkeypatch):
+    datasets = pytest.importorskip("datasets")
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("no route to huggingface.co")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(NMTError, match=r"wmt/wmt14 \(de-en\).*no route.*data=local"):
+        load_hf(HFDataConfig())
+
+
+# ------------------------------------------------------------------------------------------ toy
+
+
+def test_toy_is_deterministic_per_seed():
+    cfg = ToyDataConfig(train_size=50, valid_size=5, test_size=5)
+    assert make_toy(cfg) == make_toy(cfg)
+    assert make_toy(cfg)["train"] != make_toy(ToyDataConfig(train_size=50, seed=7))["train"]
+
+
+def test_toy_target_is_lexicon_mapping_with_swapped_pairs():
+    cfg = ToyDataConfig(train_size=300, valid_size=5, test_size=5, min_len=2, max_len=7)
+    corpus = make_toy(cfg)
+    lexicon: dict[str, str] = {}
+    for src, tgt in zip(corpus["train"]["src"], corpus["train"]["tgt"], strict=True):
+        s, t = src.split(), tgt.split()
+        assert cfg.min_len <= len(s) <= cfg.max_len and len(t) == len(s)
+        unswapped = [t[i ^ 1] if (i ^ 1) < len(t) else t[i] for i in range(len(t))]
+        for word, translation in zip(s, unswapped, strict=True):
+            assert lexicon.setdefault(word, translation) == translation
+    assert len(lexicon) == cfg.vocab_words
+    assert not set(lexicon) & set(lexicon.values())
+
+
+def test_toy_rejects_other_language_codes():
+    with pytest.raises(NMTError, match="src and tgt"):
+        make_toy(ToyDataConfig(src_lang="en"))

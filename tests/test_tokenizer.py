@@ -1,0 +1,98 @@
+"""SentencePiece: fixed special ids, lossless round trips, training cached by config and data."""
+
+from dataclasses import replace
+from itertools import product
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+
+from nmt.config import TokenizerConfig
+from nmt.errors import NMTError
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
+
+EN_WORDS = (("cat", "dog", "bird", "horse"), ("a tree", "it", "us", "the sea"), ("old", "red", "big", "new"))
+DE_WORDS = (
+    ("Katze", "Hund", "Vogel", "Pferd"),
+    ("einen Baum", "es", "uns", "das Meer"),
+    ("alten", "roten", "großen", "neuen"),
+)
+EN = [f"the {a} sees {b} near the {c} house" for a, b, c in product(*EN_WORDS)]
+DE = [f"die {a} sieht {b} am {c} Haus" for a, b, c in product(*DE_WORDS)]
+CFG = TokenizerConfig(vocab_size=60, seed=1)
+
+
+@pytest.fixture
+def texts(tmp_path) -> tuple[Path, Path]:
+    (tmp_path / "train.en").write_text("\n".join(EN) + "\n", encoding="utf-8")
+    (tmp_path / "train.de").write_text("\n".join(DE) + "\n", encoding="utf-8")
+    return tmp_path / "train.en", tmp_path / "train.de"
+
+
+def test_special_ids_are_fixed(texts, tmp_path):
+    tok = train_tokenizer(CFG, *texts, tmp_path)
+    sp = spm.SentencePieceProcessor(model_proto=tok.state_dict()["src"])
+    ids = [sp.piece_to_id(p) for p in ("<pad>", "<unk>", "<s>", "</s>")]
+    assert ids == [PAD_ID, UNK_ID, BOS_ID, EOS_ID] == [0, 1, 2, 3]
+    assert tok.src_pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
+
+
+@pytest.mark.parametrize(("model_type", "vocab_size"), [("bpe", 60), ("unigram", 40)])
+def test_round_trip(texts, tmp_path, model_type, vocab_size):
+    tok = train_tokenizer(replace(CFG, model_type=model_type, vocab_size=vocab_size), *texts, tmp_path)
+    assert tok.joint and tok.src_vocab_size == tok.tgt_vocab_size == vocab_size
+    ids = tok.encode_src(EN)
+    assert all(BOS_ID not in seq and EOS_ID not in seq for seq in ids)
+    assert tok.decode_src(ids) == EN
+    assert tok.decode_tgt(tok.encode_tgt(DE)) == DE
+
+
+def test_decode_tgt_skips_pad_and_bos_and_stops_at_eos(texts, tmp_path):
+    tok = train_tokenizer(CFG, *texts, tmp_path)
+    ids = tok.encode_tgt(["die Katze", "es"])
+    model_output = [[BOS_ID, *ids[0], EOS_ID, *ids[1], PAD_ID], [*ids[1], PAD_ID, PAD_ID]]
+    assert tok.decode_tgt(model_output) == ["die Katze", "es"]
+
+
+def test_second_call_reuses_the_cached_model(texts, tmp_path, monkeypatch):
+    first = train_tokenizer(CFG, *texts, tmp_path)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("retrained although cached")
+
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", no_training)
+    second = train_tokenizer(CFG, *texts, tmp_path)
+    assert second.state_dict() == first.state_dict()
+    with pytest.raises(AssertionError, match="retrained"):  # other settings are another model
+        train_tokenizer(replace(CFG, vocab_size=50), *texts, tmp_path)
+    texts[0].write_text("\n".join(EN[:-1]) + "\n", encoding="utf-8")
+    with pytest.raises(AssertionError, match="retrained"):  # so is other data
+        train_tokenizer(CFG, *texts, tmp_path)
+
+
+def test_joint_model_is_shared_by_both_directions(texts, tmp_path):
+    forward = train_tokenizer(CFG, *texts, tmp_path)
+    backward = train_tokenizer(CFG, *reversed(texts), tmp_path)
+    assert forward.fingerprint == backward.fingerprint
+    assert len(list(tmp_path.glob("tokenizer-*"))) == 1
+
+
+def test_separate_models(texts, tmp_path):
+    tok = train_tokenizer(replace(CFG, joint=False, vocab_size=40), *texts, tmp_path)
+    assert not tok.joint and tok.state_dict()["tgt"] is not None
+    assert tok.decode_src(tok.encode_src(EN)) == EN and tok.decode_tgt(tok.encode_tgt(DE)) == DE
+    assert tok.encode_src(["ß"])[0][-1] == UNK_ID  # German only in the target model
+    assert UNK_ID not in tok.encode_tgt(["ß"])[0]
+
+
+def test_state_dict_round_trip(texts, tmp_path):
+    tok = train_tokenizer(replace(CFG, joint=False, vocab_size=40), *texts, tmp_path)
+    restored = Tokenizer.from_state_dict(tok.state_dict())
+    assert restored.encode_tgt(DE) == tok.encode_tgt(DE) and restored.fingerprint == tok.fingerprint
+
+
+def test_too_large_vocabulary_says_how_to_fix(texts, tmp_path):
+    with pytest.raises(NMTError, match=r"lower tokenizer\.vocab_size to <= \d+") as e:
+        train_tokenizer(replace(CFG, vocab_size=5000), *texts, tmp_path)
+    assert str(texts[0]) in str(e.value)
+    assert not list(tmp_path.glob("*tokenizer-*"))  # nothing half-written left behind
