@@ -7,6 +7,7 @@ Prints BLEU and chrF (sacrebleu, with signatures); writes the hypotheses and a J
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import run_cli
@@ -19,8 +20,9 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")
 @run_cli
 def main(cfg: DictConfig) -> None:
+    overrides = list(HydraConfig.get().overrides.task)
     cfg = OmegaConf.to_object(cfg)
-    report = evaluate_checkpoint(cfg, report_dir(Path(cfg.checkpoint)))
+    report = evaluate_checkpoint(cfg, report_dir(Path(cfg.checkpoint)), overrides)
     print(format_scores(report["score_objects"]))
     print(
         f"{report['sentences']} sentences in {report['elapsed_s']:.1f} s "

@@ -1,5 +1,6 @@
 """Train a model: ``python scripts/train.py [data=local data.dir=...] [model=...] [key=value ...]``."""
 
+import shlex
 from pathlib import Path
 
 import hydra
@@ -19,8 +20,9 @@ def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     overrides = [o for o in hydra_cfg.overrides.task if not o.startswith("trainer.resume=")]
-    hint = " ".join(
-        ["python scripts/train.py", *overrides, f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
+    # Quoted for the shell: overrides may hold brackets (lists) or spaces (paths).
+    hint = shlex.join(
+        ["python", "scripts/train.py", *overrides, f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
     )
     train(OmegaConf.to_object(cfg), run_dir, resume_hint=hint)
 

@@ -206,6 +206,24 @@ class TrainConfig:
 
 
 @dataclass
+class BenchConfig:
+    """What scripts/benchmark.py measures and how long (see nmt.benchmark)."""
+
+    train: bool = True  # training throughput of the project's train_step
+    reference: bool = True  # ... and of a plain torch.nn.Transformer step on the same batches (A B A B)
+    decode: bool = True  # greedy and beam search, cached and uncached
+    warmup_steps: int = 5  # training steps run before measuring (allocator, autotuning, compile)
+    steps: int = 20  # measured training steps per model; medians are reported
+    decode_sentences: int = 1000  # test sentences decoded per setting; 0 = the whole test split
+    beam_size: int = 5  # the beam of the beam-search measurements (greedy is always measured too)
+    checkpoint: str | None = None  # trained model for decoding; None = the randomly initialised one
+    random_len_a: float = 1.0  # a random model never emits EOS: its outputs get a * src_len + b tokens,
+    random_len_b: int = 0  # about the length of real translations (Multi30k: 14.3 vs 14.2 subwords)
+    matmul_size: int = 2048  # n of the n x n x n matmul that measures the device's ceiling
+    output: str = "bench.json"  # written into the run dir
+
+
+@dataclass
 class EvalFilesConfig:
     src: str | None = None  # evaluate on these files instead of a configured split
     ref: str | None = None
@@ -275,6 +293,8 @@ def register_configs() -> None:
     cs.store(name="translate_schema", node=TranslateConfig)
     cs.store(name="average_schema", node=AverageConfig)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
+    # Merged before the `train` config it extends, whose root schema (TrainConfig) then stays the type.
+    cs.store(name="benchmark_schema", node={"bench": BenchConfig})
     cs.store(group="data", name="hf_schema", node=HFDataConfig)
     cs.store(group="data", name="local_schema", node=LocalDataConfig)
     cs.store(group="data", name="toy_schema", node=ToyDataConfig)
@@ -301,3 +321,11 @@ def to_train_config(container: dict) -> TrainConfig:
 def to_container(cfg: TrainConfig) -> dict:
     """A plain, resolved dict of the config (for checkpoints, TensorBoard hparams, printing)."""
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+
+
+def merge_decoding(base: DecodingConfig, overrides: list[str]) -> DecodingConfig:
+    """The checkpoint's tuned decoding settings, with only the ``decoding.*`` keys given on the command line
+    replaced (the scripts' schema has already type-checked them)."""
+    given = [o.split("decoding.", 1)[1] for o in overrides if o.lstrip("+~").startswith("decoding.")]
+    merged = OmegaConf.merge(OmegaConf.structured(base), OmegaConf.from_dotlist(given))
+    return OmegaConf.to_object(merged)

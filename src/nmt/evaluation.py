@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-from nmt.config import EvaluateConfig, TrainConfig
+from nmt.config import EvaluateConfig, TrainConfig, merge_decoding
 from nmt.data import SPLITS, prepare_text, read_lines
 from nmt.decoding import translate_ids
 from nmt.devices import select_device
@@ -53,12 +53,17 @@ def format_scores(scores: dict[str, Score]) -> str:
 
 
 # ------------------------------------------------------------------------------- checkpoint evaluation
-def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> dict:
+def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path, overrides: list[str] = ()) -> dict:
     """Decode a split (or ``eval.src``) with a checkpoint, score against the raw references, write
-    the hypotheses and a JSON report; returns the report."""
+    the hypotheses and a JSON report; returns the report.
+
+    Decoding uses the checkpoint's ``decoding`` settings (tuned with the experiment), except the
+    ``decoding.*`` keys among the command-line ``overrides``.
+    """
     device = select_device(cfg.device)
     ckpt = load_checkpoint(cfg.checkpoint)
     model, tokenizer, train_cfg = model_from_checkpoint(ckpt, device)
+    cfg.decoding = merge_decoding(train_cfg.decoding, list(overrides))
     sources, refs, test_name = evaluation_text(cfg, train_cfg)
     started = time.perf_counter()
     src_ids = tokenizer.encode_src(sources)

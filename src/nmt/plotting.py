@@ -1,4 +1,4 @@
-"""Pictures: attention heatmaps (source subwords x target subwords) and training curves."""
+"""Pictures: attention heatmaps (source subwords x target subwords)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,24 @@ from collections.abc import Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+COLORBAR_WIDTH = 0.9  # inches added to the right of the panels
+TITLE_HEIGHT = 0.4  # inches added on top for a figure title
+
+
+def attention_figure_size(
+    panels: int, tgt_len: int, src_len: int, cell: float = 0.32, title: bool = False
+) -> tuple[float, float]:
+    """(width, height) in inches of :func:`attention_figure`'s figure: ``cell`` inches per subword,
+    plus room for the labels, a colour bar and the title. Saved at ``dpi`` the image is
+    round(width * dpi) x round(height * dpi) pixels."""
+    cols = min(panels, 4)
+    rows = (panels + cols - 1) // cols
+    width = max(3.0, cell * src_len + 1.5)
+    height = max(2.5, cell * tgt_len + 1.4)
+    return width * cols + COLORBAR_WIDTH, height * rows + (TITLE_HEIGHT if title else 0.0)
 
 
 def attention_figure(
@@ -18,30 +33,42 @@ def attention_figure(
     tgt_pieces: Sequence[str],
     titles: Sequence[str] | None = None,
     cell: float = 0.32,
+    title: str | None = None,
 ) -> Figure:
-    """One heatmap panel per (tgt_len, src_len) matrix in ``weights`` (panels, tgt_len, src_len).
+    """One heatmap panel per (tgt_len, src_len) matrix in ``weights`` (panels, tgt_len, src_len), up
+    to four panels a row, with one colour bar for all (weights 0..1).
 
-    Rows are target subwords (what was generated), columns source subwords; colour is the weight.
+    Rows are target subwords (what was generated), columns source subwords. The size is
+    :func:`attention_figure_size`, so long sentences get bigger pictures instead of unreadable labels.
+    The figure is not registered with pyplot: nothing to close, safe in long training runs.
     """
     weights = np.asarray(weights, dtype=np.float32)
     if weights.ndim == 2:
         weights = weights[None]
     panels, tgt_len, src_len = weights.shape
+    if (len(src_pieces), len(tgt_pieces)) != (src_len, tgt_len):
+        raise ValueError(
+            f"{len(tgt_pieces)} x {len(src_pieces)} labels for {tgt_len} x {src_len} attention weights"
+        )
+    size = attention_figure_size(panels, tgt_len, src_len, cell, title=title is not None)
+    fig = Figure(figsize=size, layout="constrained")
     cols = min(panels, 4)
-    rows = (panels + cols - 1) // cols
-    width = max(3.0, cell * src_len + 1.5)
-    height = max(2.5, cell * tgt_len + 1.2)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    axes = fig.subplots((panels + cols - 1) // cols, cols, squeeze=False)
+    image = None
     for p, ax in enumerate(axes.flat):
         if p >= panels:
             ax.axis("off")
             continue
-        ax.imshow(weights[p], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        image = ax.imshow(
+            weights[p], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
+        )
         ax.set_xticks(range(src_len), labels=list(src_pieces), rotation=90, fontsize=8)
         ax.set_yticks(range(tgt_len), labels=list(tgt_pieces), fontsize=8)
         ax.set_xlabel("source")
         ax.set_ylabel("target")
         if titles is not None:
             ax.set_title(titles[p], fontsize=9)
-    fig.tight_layout()
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="attention weight", shrink=0.9)
+    if title is not None:
+        fig.suptitle(title, fontsize=10)
     return fig

@@ -24,6 +24,9 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from nmt.errors import NMTError
 
 
 class Attention(nn.Module):
@@ -114,7 +117,7 @@ class DotProductAttention(Attention):
             mask = allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
-        return _softmax_combine(
+        return softmax_combine(
             scores,
             v,
             allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device),
@@ -122,7 +125,7 @@ class DotProductAttention(Attention):
         )
 
 
-def _softmax_combine(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:
+def softmax_combine(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:
     """Masked softmax over keys (masked weights exactly 0), then the weighted sum of values."""
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -130,7 +133,69 @@ def _softmax_combine(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: fl
     return F.dropout(weights, dropout, training=dropout > 0) @ v, weights
 
 
-ATTENTION = {"dot_product": DotProductAttention}
+def additive_scores(q: Tensor, k: Tensor, v_a: Tensor, chunk: int) -> Tensor:
+    """Bahdanau scores v_a[h] . tanh(q[b, h, i] + k[b, h, j]) -> (batch, heads, tgt, src).
+
+    ``q`` (batch, heads, tgt, dim) and ``k`` (batch, heads, src, dim) are already projected (W_q q,
+    W_k k); ``v_a`` is (heads, dim). Only ``chunk`` target positions are expanded at a time, so the
+    largest intermediate is (batch, heads, chunk, src, dim). When there are several chunks and
+    autograd is on, each chunk is checkpointed (its tanh recomputed in the backward pass): otherwise
+    autograd would keep every chunk's tanh and training memory would grow with the target length.
+    """
+    tgt_len = q.size(2)
+    chunks = []
+    for start in range(0, tgt_len, chunk):
+        q_chunk = q[:, :, start : start + chunk]
+        if tgt_len > chunk and torch.is_grad_enabled():
+            chunks.append(checkpoint(_score_chunk, q_chunk, k, v_a, use_reentrant=False))
+        else:
+            chunks.append(_score_chunk(q_chunk, k, v_a))
+    return chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=2)
+
+
+def _score_chunk(q: Tensor, k: Tensor, v_a: Tensor) -> Tensor:
+    hidden = torch.tanh(q[:, :, :, None, :] + k[:, :, None, :, :])  # (batch, heads, chunk, src, dim)
+    return torch.einsum("bhtsd,hd->bhts", hidden, v_a.to(hidden.dtype))
+
+
+class AdditiveAttention(Attention):
+    """Additive attention (Bahdanau et al., 2014), per head: score(q, k) = v_a . tanh(W_q q + W_k k).
+
+    Each head has its own ``score_dim``-sized slice of the query/key projections and its own vector
+    v_a (a row of ``v_a``); the softmax, masks and dropout are those of dot-product attention. The
+    key projection W_k k is what the cache keeps, so cross-attention computes it once per sentence.
+
+    Cost: unlike a dot product, the score cannot be a matrix product; it needs the (batch, heads,
+    tgt, src, score_dim) tensor tanh(W_q q + W_k k). Target positions are therefore scored ``chunk``
+    at a time, which bounds the extra memory to batch * heads * chunk * src_len * score_dim elements
+    (e.g. 4 * 8 * 64 * 100 * 64 floats = 52 MB for 4 sentences of 100 subwords, 8 heads of 64),
+    in training as well (see :func:`additive_scores`); incremental decoding scores one position.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        dropout: float,
+        cross: bool,
+        score_dim: int | None = None,
+        chunk: int = 64,
+    ):
+        super().__init__(d_model, heads, dropout, cross, score_dim)
+        if chunk < 1:
+            raise NMTError(f"model.additive_chunk must be at least 1, got {chunk}")
+        self.chunk = chunk
+        self.v_a = nn.Parameter(torch.empty(heads, self.score_dim))
+        nn.init.normal_(self.v_a, std=self.score_dim**-0.5)
+
+    def attend(self, q, k, v, key_padding_mask, causal, need_weights):
+        scores = additive_scores(q, k, self.v_a, self.chunk)
+        mask = allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
+        out, weights = softmax_combine(scores, v, mask, self.dropout if self.training else 0.0)
+        return out, weights if need_weights else None
+
+
+ATTENTION = {"dot_product": DotProductAttention, "additive": AdditiveAttention}
 
 
 def build_attention(kind: str, d_model: int, heads: int, dropout: float, cross: bool, **kwargs) -> Attention:

@@ -76,8 +76,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise NMTError(
             f"{path}: refused to load (not a plain-data checkpoint): {str(e).splitlines()[0]}"
         ) from e
-    except (RuntimeError, EOFError) as e:
-        raise NMTError(f"{path}: not a readable checkpoint ({e})") from e
+    except Exception as e:  # torn or foreign files fail in many ways (EOFError, KeyError on garbage, ...)
+        raise NMTError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT_VERSION:
         raise NMTError(f"{path}: not an nmt checkpoint (format {FORMAT_VERSION} expected)")
     return ckpt

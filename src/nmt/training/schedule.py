@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 
 from nmt.config import OptimConfig
+from nmt.errors import NMTError
+
+SCHEDULES = ("inverse_sqrt", "constant")
 
 
 def learning_rate(step: int, cfg: OptimConfig) -> float:
@@ -13,11 +16,11 @@ def learning_rate(step: int, cfg: OptimConfig) -> float:
     ``inverse_sqrt`` decays as lr * sqrt(warmup / step), the paper's d^-0.5 * min(step^-0.5,
     step * warmup^-1.5) rescaled so that its peak is ``optim.lr``.
     """
+    if cfg.schedule not in SCHEDULES:  # checked first: a typo must not wait for the end of warmup
+        raise NMTError(f"unknown optim.schedule {cfg.schedule!r}; choose one of {', '.join(SCHEDULES)}")
     warmup = max(cfg.warmup_steps, 0)
     if warmup and step < warmup:
         return cfg.lr * step / warmup
     if cfg.schedule == "constant":
         return cfg.lr
-    if cfg.schedule == "inverse_sqrt":
-        return cfg.lr * math.sqrt(max(warmup, 1) / max(step, 1))
-    raise ValueError(f"unknown optim.schedule {cfg.schedule!r}; choose 'inverse_sqrt' or 'constant'")
+    return cfg.lr * math.sqrt(max(warmup, 1) / max(step, 1))  # inverse_sqrt

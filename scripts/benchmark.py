@@ -1,0 +1,38 @@
+"""Training and decoding throughput, next to a plain torch.nn.Transformer: ``python scripts/benchmark.py``.
+
+Takes every setting of scripts/train.py plus ``bench.*`` (nmt.config.BenchConfig); prints a table and
+writes the results as JSON into the run dir. See nmt.benchmark for what is measured and how.
+"""
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from nmt.benchmark import format_report, run_benchmark
+from nmt.cli import run_cli
+from nmt.config import register_configs
+
+register_configs()
+log = logging.getLogger("benchmark")
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="benchmark")
+@run_cli
+def main(cfg: DictConfig) -> None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    bench = OmegaConf.to_object(cfg.bench)
+    with open_dict(cfg):
+        del cfg["bench"]  # the rest is a TrainConfig
+    results = run_benchmark(OmegaConf.to_object(cfg), bench, run_dir)
+    path = run_dir / bench.output
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(format_report(results))
+    log.info("results written to %s", path)
+
+
+if __name__ == "__main__":
+    main()

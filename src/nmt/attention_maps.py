@@ -1,0 +1,61 @@
+"""Where the model looks: translate one sentence, then plot its cross-attention over the source.
+
+The weights come from re-running the decoder under teacher forcing on ``[BOS] + translation``
+(:meth:`~nmt.models.base.Seq2Seq.cross_attention`), which reproduces the attention of the search
+exactly, for any model and any decoding setting.
+"""
+
+from __future__ import annotations
+
+import torch
+from matplotlib.figure import Figure
+
+from nmt.config import DecodingConfig
+from nmt.decoding import pad_batch, translate_ids
+from nmt.errors import NMTError
+from nmt.plotting import attention_figure
+from nmt.tokenizer import BOS_ID
+from nmt.translator import Translator
+
+HEAD_MODES = ("mean", "all")
+
+
+@torch.no_grad()
+def plot_attention_for_text(
+    translator: Translator, text: str, decoding: DecodingConfig, layer: int = -1, heads: str = "mean"
+) -> tuple[Figure, str]:
+    """Translate ``text`` and plot the cross-attention of decoder ``layer`` (negative counts from the
+    last): one panel per head (``heads="all"``) or their mean (``"mean"``). Returns (figure, translation).
+    """
+    if heads not in HEAD_MODES:
+        raise NMTError(f"heads must be one of {HEAD_MODES}, got {heads!r}")
+    src_ids = translator.encode([text])[0]
+    if not src_ids:
+        raise NMTError("text is empty: nothing to translate")
+    model, tok = translator.model, translator.tokenizer
+    max_positions = translator.cfg.model.max_positions
+    hyp = translate_ids(model, [src_ids], decoding, translator.device, max_positions)[0][0].tokens
+    src = pad_batch([src_ids], translator.device)
+    tgt_in = torch.tensor([[BOS_ID, *hyp]], device=translator.device)
+    weights = model.cross_attention(src, tgt_in)  # (layers, 1, heads, tgt, src)
+    layers = weights.size(0)
+    if not -layers <= layer < layers:
+        raise NMTError(f"layer={layer} out of range: the model has {layers} decoder layer(s) (-1 = last)")
+    weights = weights[layer, 0].float()
+    number = layer % layers
+    if heads == "mean":
+        panels, titles = weights.mean(dim=0, keepdim=True), None
+        title = f"cross-attention, layer {number}" + (
+            f", mean of {weights.size(0)} heads" if weights.size(0) > 1 else ""
+        )
+    else:
+        panels, titles = weights, [f"head {h}" for h in range(weights.size(0))]
+        title = f"cross-attention, layer {number}"
+    fig = attention_figure(
+        panels.cpu().numpy(),
+        [*tok.src_pieces(src_ids), "</s>"],
+        [*tok.tgt_pieces(hyp), "</s>"],
+        titles=titles,
+        title=title,
+    )
+    return fig, tok.decode_tgt([hyp])[0]

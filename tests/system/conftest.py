@@ -1,0 +1,101 @@
+"""End-to-end fixtures: one toy model trained once per session (``toy_run``), shared by the training,
+evaluation and translation tests, and ``toy``, which trains in-process and runs the scripts.
+
+Every run here uses one CPU thread, in-process and in the subprocesses: the toy model is small, so
+this costs little on an idle machine and saves a lot on a busy one (OpenMP threads spin-wait for
+each other), and runs compared bit for bit must use the same number of threads anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from nmt.config import TrainConfig, register_configs
+from nmt.training.loop import train
+
+REPO = Path(__file__).resolve().parents[2]
+THREADS = 1
+
+
+@dataclass
+class ToyRun:
+    cfg: TrainConfig
+    run_dir: Path
+    final: dict[str, float]  # the last validation
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+
+@dataclass
+class Toy:
+    """``experiment=toy`` runs sharing one data cache, in-process or through the scripts."""
+
+    data_cache: Path
+    # For short runs: a cheap validation (a few sentences, no attention image), a log line every 10 steps.
+    short: tuple[str, ...] = (
+        "trainer.valid_bleu_sentences=10",
+        "trainer.attention_image=false",
+        "trainer.log_every=10",
+    )
+
+    def overrides(self, *overrides: str) -> list[str]:
+        return ["experiment=toy", f"data.cache_dir={self.data_cache}", "trainer.progress=false", *overrides]
+
+    def config(self, *overrides: str) -> TrainConfig:
+        """The typed config that ``scripts/train.py experiment=toy <overrides>`` gets."""
+        register_configs()
+        with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+            return OmegaConf.to_object(compose("train", overrides=self.overrides(*overrides)))
+
+    def train(self, run_dir: Path, *overrides: str) -> ToyRun:
+        """``scripts/train.py experiment=toy <overrides>``, in this process."""
+        cfg = self.config(*overrides)
+        return ToyRun(cfg, run_dir, train(cfg, run_dir))
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        return {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS)}
+
+    def script(
+        self, script: str, *args: str, cwd: Path, stdin: str | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess:
+        """``python scripts/<script> <args>`` in ``cwd``; stdout and stderr captured separately."""
+        return subprocess.run(
+            [sys.executable, str(REPO / "scripts" / script), *args],
+            cwd=cwd,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env(),
+        )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def toy(tmp_path_factory) -> Toy:
+    return Toy(tmp_path_factory.mktemp("data-cache"))
+
+
+@pytest.fixture(scope="session")
+def toy_run(tmp_path_factory, toy) -> ToyRun:
+    """``experiment=toy`` with its defaults (700 steps, validation at 350 and 700): the trained model."""
+    return toy.train(tmp_path_factory.mktemp("toy") / "run")

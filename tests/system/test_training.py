@@ -1,0 +1,266 @@
+"""Training end to end on the toy task: it learns, it is deterministic, it resumes exactly (also in a
+new process and after Ctrl-C), a checkpoint alone translates, bad losses and bad configs stop it."""
+
+from __future__ import annotations
+
+import math
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+import nmt.training.loop as loop
+from nmt.data import prepare_text
+from nmt.errors import NMTError
+from nmt.training.checkpoint import load_checkpoint
+from nmt.translator import Translator
+
+REPO = Path(__file__).resolve().parents[2]
+# Resume/determinism runs: N steps, validation every N/2, dropout on so the RNG state matters too.
+STEPS = 40
+RESUMABLE = ("trainer.valid_every=20", "model.dropout=0.1")
+
+
+def weights_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def nested_equal(a, b) -> bool:
+    """Equality of nests of dicts/lists/tensors/numbers, tensors compared bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(nested_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(nested_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def all_finite(state: dict) -> bool:
+    return all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
+
+
+# ---------------------------------------------------------------------------------------- learning
+
+
+def test_the_toy_task_is_learned(toy_run):
+    """The session's shared model: experiment=toy as it comes."""
+    history = load_checkpoint(toy_run.checkpoints / "last.pt")["progress"]["history"]
+    assert [h["step"] for h in history] == [350, 700]
+    assert toy_run.final == history[-1]
+    assert toy_run.final["bleu"] > 90, history
+    assert history[1]["loss"] < history[0]["loss"]
+    names = sorted(p.name for p in toy_run.checkpoints.iterdir())
+    assert names == ["best.pt", "last.pt", "step_350.pt", "step_700.pt"]
+    assert list((toy_run.run_dir / "tb").glob("events.out.tfevents.*"))
+
+
+# ------------------------------------------------------------------------- determinism and resuming
+
+
+@pytest.fixture(scope="module")
+def straight(toy, tmp_path_factory):
+    """STEPS steps in one go."""
+    return toy.train(
+        tmp_path_factory.mktemp("straight"), *toy.short, *RESUMABLE, f"trainer.max_steps={STEPS}"
+    )
+
+
+def test_same_config_same_run(toy, straight, tmp_path):
+    again = toy.train(tmp_path, *toy.short, *RESUMABLE, f"trainer.max_steps={STEPS}")
+    first, second = (load_checkpoint(r.checkpoints / "last.pt") for r in (straight, again))
+    assert first["progress"]["history"] == second["progress"]["history"]
+    assert len(first["progress"]["history"]) == 2 and first["progress"]["step"] == STEPS
+    assert weights_equal(first["model"], second["model"])
+    assert nested_equal(first["optimizer"], second["optimizer"])
+
+
+def test_resuming_in_a_new_process_continues_exactly(toy, straight, tmp_path):
+    run_dir = tmp_path / "resumed"
+    half = toy.train(run_dir, *toy.short, *RESUMABLE, f"trainer.max_steps={STEPS // 2}")
+    assert half.final["step"] == STEPS // 2
+    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"]["step"] == STEPS // 2
+
+    args = [*toy.short, *RESUMABLE, f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
+    proc = toy.script("train.py", *toy.overrides(*args, f"trainer.max_steps={STEPS}"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"at step {STEPS // 2}" in proc.stdout + proc.stderr  # "resumed from ... at step 20"
+
+    expected = load_checkpoint(straight.checkpoints / "last.pt")
+    resumed = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert resumed["progress"] == expected["progress"]  # step, epoch, validation history, best, ...
+    assert resumed["sampler"] == expected["sampler"]
+    assert weights_equal(resumed["model"], expected["model"])
+    assert nested_equal(resumed["optimizer"], expected["optimizer"])
+    assert nested_equal(resumed["rng"], expected["rng"])
+    # The run crossed an epoch boundary after the restart: the sampler's position mattered.
+    assert expected["progress"]["epoch"] >= 1
+
+
+def test_ctrl_c_saves_and_the_printed_command_resumes(toy, tmp_path):
+    run_dir = tmp_path / "run dir"  # the printed command must quote what needs quoting
+    args = toy.overrides(
+        *toy.short,
+        "trainer.max_steps=100000",
+        "trainer.valid_every=5",
+        "optim.betas=[0.9,0.98]",
+        f"hydra.run.dir={run_dir}",
+    )
+    with subprocess.Popen(
+        [sys.executable, "scripts/train.py", *args],
+        cwd=REPO,  # the printed command says scripts/train.py
+        env=toy.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        first_validation = run_dir / "checkpoints" / "step_5.pt"
+        deadline = time.monotonic() + 240
+        while not first_validation.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert first_validation.exists(), proc.stderr.read() if proc.poll() is not None else "timeout"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    output = stdout + stderr
+    assert proc.returncode == 0, output
+    assert "SIGINT received" in output
+    hint = [
+        line.strip() for line in output.splitlines() if line.strip().startswith("python scripts/train.py")
+    ]
+    assert len(hint) == 1 and "trainer.resume=auto" in hint[0], output
+
+    ckpt = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    stopped_at = ckpt["progress"]["step"]
+    assert stopped_at >= 5 and all_finite(ckpt["model"])
+
+    command = shlex.split(hint[0])
+    assert command == ["python", "scripts/train.py", *args, "trainer.resume=auto"]
+    resume = subprocess.run(
+        [sys.executable, *command[1:], f"trainer.max_steps={stopped_at + 3}"],
+        cwd=REPO,
+        env=toy.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resume.returncode == 0, resume.stderr
+    assert f"at step {stopped_at}" in resume.stdout + resume.stderr
+    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"]["step"] == stopped_at + 3
+
+
+# ----------------------------------------------------------------------------- a checkpoint alone
+
+
+@contextmanager
+def hidden(*paths: Path):
+    """The paths are gone (moved away) inside the block, back afterwards."""
+    moved = [(p, p.with_name(p.name + ".hidden")) for p in paths]
+    for src, dst in moved:
+        src.rename(dst)
+    try:
+        yield
+    finally:
+        for src, dst in moved:
+            dst.rename(src)
+
+
+def test_a_checkpoint_alone_translates(toy, toy_run, tmp_path):
+    root = prepare_text(toy_run.cfg.data, progress=False)
+    sources = (root / "test.src").read_text().splitlines()[:40]
+    refs = (root / "test.tgt").read_text().splitlines()[:40]
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(toy_run.checkpoints / "last.pt", alone / "model.pt")
+
+    with hidden(toy_run.run_dir, toy.data_cache):
+        assert not toy.data_cache.exists() and not toy_run.run_dir.exists()
+        translator = Translator.from_checkpoint(str(alone / "model.pt"), torch.device("cpu"))
+        hyps = translator.translate(sources, translator.cfg.decoding)
+        proc = toy.script(
+            "translate.py", f"checkpoint={alone / 'model.pt'}", cwd=alone, stdin="\n".join(sources) + "\n"
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == hyps
+    assert sum(h == r for h, r in zip(hyps, refs)) >= 0.6 * len(refs)
+    assert [p.name for p in alone.iterdir()] == ["model.pt"]  # translating wrote nothing
+
+
+# ------------------------------------------------------------------------------ non-finite losses
+
+
+def nan_loss_on(monkeypatch, bad_calls):
+    """Training losses (grad enabled) become NaN on the given 1-based calls; validation is untouched."""
+    real = loop.label_smoothed_nll
+    calls = []
+
+    def patched(logits, target, epsilon):
+        loss, nll = real(logits, target, epsilon)
+        if torch.is_grad_enabled():
+            calls.append(1)
+            if bad_calls(len(calls)):
+                return loss * math.nan, nll * math.nan
+        return loss, nll
+
+    monkeypatch.setattr(loop, "label_smoothed_nll", patched)
+    return calls
+
+
+def test_non_finite_losses_skip_the_update(toy, tmp_path, monkeypatch, caplog):
+    nan_loss_on(monkeypatch, lambda call: call in (6, 7))
+    run = toy.train(tmp_path, *toy.short, "trainer.max_steps=10", "trainer.valid_every=5")
+    ckpt = load_checkpoint(run.checkpoints / "last.pt")
+    assert ckpt["progress"]["step"] == 10
+    assert ckpt["progress"]["skipped_steps"] == 2 and ckpt["progress"]["bad_steps"] == 0
+    assert all_finite(ckpt["model"])  # a NaN gradient through Adam would have poisoned every weight
+    assert math.isfinite(run.final["loss"])
+    assert sum("update skipped" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_persistent_non_finite_losses_stop_training(toy, tmp_path, monkeypatch):
+    nan_loss_on(monkeypatch, lambda call: call > 5)
+    with pytest.raises(NMTError, match=r"4 consecutive non-finite .* trainer.max_bad_steps=3"):
+        toy.train(
+            tmp_path, *toy.short, "trainer.max_steps=50", "trainer.valid_every=5", "trainer.max_bad_steps=3"
+        )
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert ckpt["progress"]["step"] == 5 and all_finite(ckpt["model"])
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["best.pt", "last.pt", "step_5.pt"]
+
+
+def test_non_finite_weights_are_never_checkpointed(toy, tmp_path, monkeypatch):
+    """Should a NaN update get through anyway, saving refuses and the last good checkpoint stays."""
+    nan_loss_on(monkeypatch, lambda call: call == 7)
+    monkeypatch.setattr(loop.torch.nn.utils, "clip_grad_norm_", lambda params, max_norm: torch.tensor(1.0))
+    with pytest.raises(
+        NMTError, match="step 10: model weights are not finite; refusing to write a checkpoint"
+    ):
+        toy.train(tmp_path, *toy.short, "trainer.max_steps=10", "trainer.valid_every=5")
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert ckpt["progress"]["step"] == 5 and all_finite(ckpt["model"])
+    assert not (tmp_path / "checkpoints" / "step_10.pt").exists()
+
+
+# ------------------------------------------------------------------------------------- bad configs
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("trainer.max_stepz=5", ["max_stepz", "TrainerConfig"]),
+        ("trainer.max_steps=abc", ["max_steps", "abc"]),
+    ],
+)
+def test_bad_overrides_fail_at_start_naming_the_key(toy, tmp_path, override, named):
+    started = time.monotonic()
+    proc = toy.script("train.py", *toy.overrides(override, f"hydra.run.dir={tmp_path / 'run'}"), cwd=tmp_path)
+    assert proc.returncode != 0
+    assert all(word in proc.stderr for word in named), proc.stderr
+    assert not (tmp_path / "run").exists()  # nothing started
+    assert time.monotonic() - started < 120

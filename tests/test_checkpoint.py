@@ -1,0 +1,226 @@
+"""Checkpoints: atomic writes, no code execution on load, clear mismatch errors, averaging."""
+
+import os
+import pickle
+import shlex
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt.config import ToyDataConfig, TrainConfig, TransformerConfig, to_container
+from nmt.errors import NMTError
+from nmt.models import Transformer
+from nmt.training.average import average_checkpoints, last_checkpoints
+from nmt.training.checkpoint import (
+    FORMAT_VERSION,
+    atomic_save,
+    load_checkpoint,
+    load_model_state,
+    prune_step_checkpoints,
+    step_checkpoints,
+)
+
+TINY = TransformerConfig(d_model=16, ff_dim=32, heads=2, encoder_layers=1, decoder_layers=1, max_positions=32)
+VOCAB = 40
+
+
+def tiny(cfg: TransformerConfig = TINY, vocab: int = VOCAB, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(cfg, vocab, vocab, joint_vocab=True)
+
+
+def checkpoint(model: Transformer, step: int = 1) -> dict:
+    """The fields ``save_checkpoints`` writes that loading, averaging and translation read."""
+    return {
+        "format": FORMAT_VERSION,
+        "model": model.state_dict(),
+        "config": to_container(TrainConfig(data=ToyDataConfig(), model=model.cfg)),
+        "tokenizer": {"src": b"not parsed here", "tgt": None},
+        "vocab": dict(model.vocab_sizes),
+        "progress": {"step": step},
+    }
+
+
+def no_temp_files(folder: Path) -> bool:
+    return not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+# ------------------------------------------------------------------------------------- atomic save
+
+
+def test_atomic_save_round_trip(tmp_path):
+    ckpt = checkpoint(tiny())
+    atomic_save(ckpt, tmp_path / "sub" / "last.pt")
+    loaded = load_checkpoint(tmp_path / "sub" / "last.pt")
+    assert loaded["progress"] == {"step": 1} and loaded["tokenizer"] == ckpt["tokenizer"]
+    assert all(torch.equal(loaded["model"][k], v) for k, v in ckpt["model"].items())
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["last.pt"]
+
+
+@pytest.mark.parametrize("crash", [OSError("No space left on device"), KeyboardInterrupt()])
+def test_a_crash_while_writing_keeps_the_previous_file(tmp_path, monkeypatch, crash):
+    path = tmp_path / "last.pt"
+    atomic_save(checkpoint(tiny(), step=1), path)
+    written = []
+
+    def torn_save(obj, f, *args, **kwargs):
+        f.write(b"PK\x03\x04 half a zip file")  # some bytes hit the disk, then the process dies
+        written.append(getattr(f, "name", None))
+        raise crash
+
+    monkeypatch.setattr(torch, "save", torn_save)
+    with pytest.raises(type(crash)):
+        atomic_save(checkpoint(tiny(seed=1), step=2), path)
+    assert written  # the crash did happen during writing
+    monkeypatch.undo()
+    assert load_checkpoint(path)["progress"] == {"step": 1}
+    assert torch.equal(load_checkpoint(path)["model"]["output.weight"], tiny().output.weight)
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"] and no_temp_files(tmp_path)
+
+
+def test_a_crash_before_the_first_checkpoint_leaves_nothing(tmp_path, monkeypatch):
+    def failing_save(obj, f, *args, **kwargs):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(OSError):
+        atomic_save(checkpoint(tiny()), tmp_path / "last.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------- safe load
+
+
+class Payload:
+    """Unpickling this runs a shell command (what a malicious checkpoint would do)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {shlex.quote(str(self.marker))}",)
+
+
+@pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
+def test_a_malicious_pickle_is_refused_and_not_executed(tmp_path, writer):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    evil = {"format": FORMAT_VERSION, "model": Payload(marker)}
+    if writer == "torch.save":
+        torch.save(evil, path)
+    else:
+        path.write_bytes(pickle.dumps(evil, protocol=2))  # the legacy (non-zip) format
+    with pytest.raises(NMTError, match="refused to load") as e:
+        load_checkpoint(path)
+    assert str(path) in str(e.value)
+    assert not marker.exists()
+    if writer == "torch.save":  # the control: an unsafe load really would have run it
+        torch.load(path, weights_only=False)
+        assert marker.exists()
+
+
+def test_files_that_are_not_checkpoints(tmp_path):
+    with pytest.raises(NMTError, match="checkpoint not found"):
+        load_checkpoint(tmp_path / "missing.pt")
+    (tmp_path / "text.pt").write_text("hello")
+    with pytest.raises(NMTError, match="text.pt"):
+        load_checkpoint(tmp_path / "text.pt")
+    atomic_save(checkpoint(tiny()), tmp_path / "good.pt")
+    data = (tmp_path / "good.pt").read_bytes()
+    (tmp_path / "truncated.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(NMTError, match="truncated.pt"):
+        load_checkpoint(tmp_path / "truncated.pt")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(NMTError, match="not an nmt checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+
+
+def test_vocabulary_mismatch_is_a_clear_error(tmp_path):
+    atomic_save(checkpoint(tiny(vocab=VOCAB)), tmp_path / "last.pt")
+    ckpt = load_checkpoint(tmp_path / "last.pt")
+    with pytest.raises(NMTError, match=rf"trainer.resume=x: vocabulary mismatch.* {VOCAB}/{VOCAB}.* 60/60"):
+        load_model_state(tiny(vocab=60), ckpt, where="trainer.resume=x")
+
+
+@pytest.mark.parametrize(
+    "other",
+    [replace(TINY, d_model=32), replace(TINY, decoder_layers=2), replace(TINY, positional="learned")],
+    ids=["d_model", "layers", "positions"],
+)
+def test_architecture_mismatch_is_a_clear_error(tmp_path, other):
+    atomic_save(checkpoint(tiny()), tmp_path / "last.pt")
+    with pytest.raises(NMTError, match="checkpoint: architecture does not match the configured model"):
+        load_model_state(tiny(other), load_checkpoint(tmp_path / "last.pt"), where="checkpoint")
+
+
+def test_matching_model_loads_exactly(tmp_path):
+    atomic_save(checkpoint(tiny(seed=3)), tmp_path / "last.pt")
+    model = tiny(seed=4)
+    load_model_state(model, load_checkpoint(tmp_path / "last.pt"), where="checkpoint")
+    reference = tiny(seed=3)
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values())
+    )
+    assert model.output.weight is model.src_embed.tokens.weight  # still tied after loading
+
+
+# --------------------------------------------------------------------------------------- averaging
+
+
+def test_average_of_two_checkpoints_is_the_mean(tmp_path):
+    a, b = tiny(seed=1), tiny(seed=2)
+    atomic_save(checkpoint(a, step=10), tmp_path / "step_10.pt")
+    atomic_save(checkpoint(b, step=20), tmp_path / "step_20.pt")
+    avg = average_checkpoints([tmp_path / "step_10.pt", tmp_path / "step_20.pt"])
+    for name, value in a.state_dict().items():
+        expected = (value.double() + b.state_dict()[name].double()) / 2
+        assert avg["model"][name].dtype == value.dtype
+        torch.testing.assert_close(avg["model"][name], expected.float(), rtol=0, atol=1e-7)
+    assert not torch.equal(avg["model"]["output.weight"], a.output.weight)
+    assert avg["progress"] == {"step": 20} and "optimizer" not in avg
+    assert avg["averaged_from"] == [str(tmp_path / "step_10.pt"), str(tmp_path / "step_20.pt")]
+    atomic_save(avg, tmp_path / "averaged.pt")  # a checkpoint that loads into the same architecture
+    model = tiny(seed=5)
+    load_model_state(model, load_checkpoint(tmp_path / "averaged.pt"), where="averaged")
+    torch.testing.assert_close(model.output.weight, (a.output.weight + b.output.weight) / 2)
+
+
+def test_average_of_one_checkpoint_is_itself(tmp_path):
+    a = tiny(seed=1)
+    atomic_save(checkpoint(a), tmp_path / "step_1.pt")
+    avg = average_checkpoints([tmp_path / "step_1.pt"])
+    assert all(torch.equal(avg["model"][k], v) for k, v in a.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    ("other", "vocab"), [(replace(TINY, d_model=32), VOCAB), (TINY, 60), (replace(TINY, heads=4), VOCAB)]
+)
+def test_averaging_different_architectures_is_refused(tmp_path, other, vocab):
+    atomic_save(checkpoint(tiny()), tmp_path / "step_1.pt")
+    atomic_save(checkpoint(tiny(other, vocab=vocab)), tmp_path / "step_2.pt")
+    with pytest.raises(NMTError, match="cannot average .*step_2.pt with .*step_1.pt"):
+        average_checkpoints([tmp_path / "step_1.pt", tmp_path / "step_2.pt"])
+    with pytest.raises(NMTError, match="nothing to average"):
+        average_checkpoints([])
+
+
+def test_step_checkpoints_are_ordered_numerically_and_pruned(tmp_path):
+    for step in (5, 100, 20, 7):
+        (tmp_path / f"step_{step}.pt").write_bytes(b"")
+    (tmp_path / "step_x.pt").write_bytes(b"")
+    (tmp_path / "last.pt").write_bytes(b"")
+    assert [p.name for p in step_checkpoints(tmp_path)] == [
+        "step_5.pt",
+        "step_7.pt",
+        "step_20.pt",
+        "step_100.pt",
+    ]
+    assert [p.name for p in last_checkpoints(tmp_path, 2)] == ["step_20.pt", "step_100.pt"]
+    prune_step_checkpoints(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "step_100.pt", "step_20.pt", "step_x.pt"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NMTError, match="no step_N.pt"):
+        last_checkpoints(tmp_path / "empty", 2)

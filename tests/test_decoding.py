@@ -1,0 +1,254 @@
+"""Greedy and beam search on a tiny Transformer trained for a few dozen steps to copy sequences.
+
+The model is half-trained on purpose: its outputs vary in length and content, and greedy and beam
+search disagree on some sentences, so the comparisons below have something to compare.
+"""
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from nmt.config import DecodingConfig, TransformerConfig
+from nmt.decoding import beam_search, greedy_search, length_penalty, pad_batch, search, translate_ids
+from nmt.models import Seq2Seq, Transformer
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+VOCAB = 24
+LIMIT = 63  # max_positions - 1
+CFG = TransformerConfig(
+    d_model=32, ff_dim=64, heads=4, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64
+)
+GREEDY = DecodingConfig(beam_size=1, alpha=0.0)
+
+
+def random_sentences(count: int, seed: int, min_len: int = 2, max_len: int = 9) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(min_len, max_len + 1, (count,), generator=g).tolist()
+    words = [torch.randint(EOS_ID, VOCAB, (n,), generator=g) for n in lengths]
+    return [w.masked_fill(w.eq(EOS_ID), UNK_ID).tolist() for w in words]  # ordinary tokens and UNK
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors: one thread is as fast, and much faster on a busy machine (no OpenMP spinning)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model(one_thread) -> Transformer:
+    """Trained to copy its input (UNK included) for 80 steps: right on some sentences, not all."""
+    torch.manual_seed(0)
+    model = Transformer(CFG, VOCAB, VOCAB, joint_vocab=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(80):
+        sources = random_sentences(32, seed=step)
+        src = tgt_out = pad_batch(sources, "cpu")
+        tgt_in = torch.cat([torch.full((len(sources), 1), BOS_ID), tgt_out[:, :-1]], dim=1)
+        tgt_in[tgt_in == EOS_ID] = PAD_ID
+        keep = tgt_out.ne(PAD_ID)
+        loss = torch.nn.functional.cross_entropy(model(src, tgt_in, keep), tgt_out[keep])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def sources() -> list[list[int]]:
+    return random_sentences(12, seed=1000)
+
+
+@pytest.fixture(scope="module")
+def src(sources) -> torch.Tensor:
+    return pad_batch(sources, "cpu")
+
+
+def sequence_log_prob(model: Seq2Seq, src_row: torch.Tensor, tokens: list[int]) -> float:
+    """log P(tokens + EOS | src) under teacher forcing, independent of any search code."""
+    src_row = src_row[src_row.ne(PAD_ID)][None]
+    tgt_in = torch.tensor([[BOS_ID, *tokens]])
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(src_row, tgt_in)[0].float(), dim=-1)
+    return log_probs.gather(1, torch.tensor([*tokens, EOS_ID])[:, None]).sum().item()
+
+
+def test_the_fixture_model_is_not_degenerate(model, src, sources):
+    hyps = greedy_search(model, src, GREEDY, LIMIT)
+    assert len({len(h.tokens) for h in hyps}) > 3  # lengths vary
+    correct = sum(h.tokens == s for h, s in zip(hyps, sources))
+    assert 0 < correct < len(sources)  # learned something, not everything
+
+
+def test_scores_are_the_model_log_probabilities(model, src):
+    for h, row in zip(greedy_search(model, src, replace(GREEDY, alpha=0.6), LIMIT), src):
+        assert h.log_prob == pytest.approx(sequence_log_prob(model, row, h.tokens), abs=1e-4)
+        assert h.score == pytest.approx(h.log_prob / ((5 + len(h.tokens) + 1) / 6) ** 0.6, rel=1e-6)
+    nbest = beam_search(model, src, DecodingConfig(beam_size=4, nbest=4, alpha=0.6), LIMIT)
+    for hyps, row in zip(nbest, src):
+        for h in hyps:
+            assert h.log_prob == pytest.approx(sequence_log_prob(model, row, h.tokens), abs=1e-4)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_size_one_is_greedy(model, src, alpha):
+    cfg = replace(GREEDY, alpha=alpha)
+    greedy = greedy_search(model, src, cfg, LIMIT)
+    beam = beam_search(model, src, cfg, LIMIT)
+    assert [h[0].tokens for h in beam] == [h.tokens for h in greedy]
+    for (b,), g in zip(beam, greedy):
+        assert b.log_prob == pytest.approx(g.log_prob, abs=1e-5)
+        assert b.score == pytest.approx(g.score, abs=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_cached_decoding_equals_recomputing_the_prefix(model, src, beam_size):
+    cfg = DecodingConfig(beam_size=beam_size, nbest=beam_size, alpha=0.6)
+    run = beam_search if beam_size > 1 else (lambda m, s, c, n: [[h] for h in greedy_search(m, s, c, n)])
+    cached = run(model, src, cfg, LIMIT)
+    recomputed = run(model, src, replace(cfg, cache=False), LIMIT)
+    assert [[h.tokens for h in hs] for hs in cached] == [[h.tokens for h in hs] for hs in recomputed]
+    for a, b in zip(cached, recomputed):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+
+
+def test_cached_step_log_probs_equal_recomputed_ones(model, src):
+    """Teacher-force a few tokens through ``step``: every step's distribution agrees."""
+    rows = torch.arange(src.size(0))
+    targets = torch.randint(4, VOCAB, (src.size(0), 8), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        states = {cache: model.init_state(model.encode(src), cache=cache) for cache in (True, False)}
+        tokens = torch.full((src.size(0),), BOS_ID)
+        for t in range(targets.size(1)):
+            out = {}
+            for cache, state in states.items():
+                out[cache], states[cache] = model.step(tokens, state)
+            torch.testing.assert_close(out[True], out[False], rtol=0, atol=1e-5)
+            if t == 3:  # a reorder in between, as beam search does
+                rows = torch.tensor([3, 3, 0, 1, 2, 5, 4, 7, 6, 9, 8, 11])
+                states = {cache: model.reorder(state, rows) for cache, state in states.items()}
+                targets = targets[rows]
+            tokens = targets[:, t]
+    assert out[True].shape == (src.size(0), VOCAB) and out[True].dtype == torch.float32
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_batched_decoding_equals_one_sentence_at_a_time(model, sources, beam_size):
+    cfg = DecodingConfig(beam_size=beam_size, nbest=beam_size, alpha=0.6)
+    batched = translate_ids(model, sources, cfg, "cpu", CFG.max_positions)
+    for s, hyps in zip(sources, batched):
+        (alone,) = translate_ids(model, [s], cfg, "cpu", CFG.max_positions)
+        assert [h.tokens for h in hyps] == [h.tokens for h in alone]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-5)
+    small_batches = translate_ids(model, sources, replace(cfg, max_tokens=20 * beam_size), "cpu", 64)
+    assert [[h.tokens for h in hs] for hs in small_batches] == [[h.tokens for h in hs] for hs in batched]
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_nbest_lists_are_sorted_with_the_gnmt_length_penalty(model, src, alpha):
+    k = 5
+    nbest = beam_search(model, src, DecodingConfig(beam_size=k, nbest=k, alpha=alpha), LIMIT)
+    for hyps in nbest:
+        assert len(hyps) == k
+        assert len({tuple(h.tokens) for h in hyps}) == k  # distinct hypotheses
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        for h in hyps:
+            # documented: log P(y|x) / ((5 + |y|) / 6) ** alpha, with |y| counting EOS
+            assert h.score == pytest.approx(h.log_prob / ((5 + len(h.tokens) + 1) / 6) ** alpha, rel=1e-6)
+    assert length_penalty(3, 0.6) == pytest.approx((8 / 6) ** 0.6)
+    top = beam_search(model, src, DecodingConfig(beam_size=k, nbest=2, alpha=alpha), LIMIT)
+    assert [[h.tokens for h in hs] for hs in top] == [[h.tokens for h in hs[:2]] for hs in nbest]
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize(("a", "b"), [(0.0, 1), (0.0, 3), (0.5, 0), (1.0, 2)])
+def test_output_length_budget(model, src, beam_size, a, b):
+    rambler = AlwaysLonger(model)  # would never stop on its own
+    cfg = DecodingConfig(beam_size=beam_size, nbest=beam_size, max_len_a=a, max_len_b=b)
+    for hyps, row in zip(search(rambler, src, cfg, LIMIT), src):
+        budget = max(1, int(a * int(row.ne(PAD_ID).sum()) + b))  # src length counts EOS
+        assert max(len(h.tokens) for h in hyps) == budget
+    for hyps, row in zip(search(model, src, cfg, LIMIT), src):  # the real model, well within budget
+        assert all(len(h.tokens) <= max(1, int(a * int(row.ne(PAD_ID).sum()) + b)) for h in hyps)
+
+
+def test_output_length_is_bounded_by_the_model_positions(model, src):
+    cfg = DecodingConfig(beam_size=2, max_len_a=10.0, max_len_b=100)
+    assert all(len(h[0].tokens) == 7 for h in search(AlwaysLonger(model), src, cfg, limit=7))
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_no_unk_never_emits_unk(model, src, beam_size):
+    unk_lover = PrefersUnk(model)
+    cfg = DecodingConfig(beam_size=beam_size, nbest=beam_size)
+    assert any(UNK_ID in h.tokens for hs in search(unk_lover, src, cfg, LIMIT) for h in hs)
+    hyps = search(unk_lover, src, replace(cfg, no_unk=True), LIMIT)
+    assert all(UNK_ID not in h.tokens for hs in hyps for h in hs)
+
+
+def test_special_tokens_are_never_generated(model, src):
+    for hs in beam_search(model, src, DecodingConfig(beam_size=4, nbest=4), LIMIT):
+        for h in hs:
+            assert not {PAD_ID, BOS_ID, EOS_ID} & set(h.tokens)
+
+
+def test_larger_beams_find_at_least_the_greedy_model_score(model, src):
+    greedy = greedy_search(model, src, GREEDY, LIMIT)
+    improved = 0
+    for k in (2, 5, 8):
+        best = beam_search(model, src, DecodingConfig(beam_size=k, alpha=0.0), LIMIT)
+        for (b,), g in zip(best, greedy):
+            assert b.log_prob >= g.log_prob - 1e-5
+            improved += b.log_prob > g.log_prob + 1e-4
+    assert improved > 0  # beam search actually found better hypotheses somewhere
+
+
+# ----------------------------------------------------------------------------------- model wrappers
+
+
+class Wrapped(Seq2Seq):
+    """A model whose next-token distribution is the wrapped model's, reshaped by ``adjust``."""
+
+    def __init__(self, inner: Seq2Seq):
+        super().__init__()
+        self.inner, self.vocab_sizes = inner, inner.vocab_sizes
+
+    def encode(self, src):
+        return self.inner.encode(src)
+
+    def init_state(self, encoded, cache=True):
+        return self.inner.init_state(encoded, cache)
+
+    def step(self, tokens, state):
+        log_probs, state = self.inner.step(tokens, state)
+        return torch.log_softmax(self.adjust(log_probs), dim=-1), state
+
+    def reorder(self, state, indices):
+        return self.inner.reorder(state, indices)
+
+
+class AlwaysLonger(Wrapped):
+    def adjust(self, log_probs):
+        log_probs = log_probs.clone()
+        log_probs[:, EOS_ID] = -30.0
+        return log_probs
+
+
+class PrefersUnk(Wrapped):
+    def adjust(self, log_probs):
+        log_probs = log_probs.clone()
+        log_probs[:, UNK_ID] += 3.0
+        return log_probs
+
+
+def test_wrappers_do_what_the_tests_need(model, src):
+    log_probs, _ = AlwaysLonger(model).step(
+        torch.full((src.size(0),), BOS_ID), model.init_state(model.encode(src))
+    )
+    assert torch.allclose(log_probs.exp().sum(-1), torch.ones(src.size(0)))
+    assert (log_probs[:, EOS_ID] < math.log(1e-10)).all()

@@ -1,0 +1,48 @@
+"""Label-smoothed cross entropy: the same numbers as PyTorch's, plus the plain NLL for perplexity."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt.training.loss import label_smoothed_nll
+
+
+@pytest.fixture
+def logits_and_target() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(37, 50, generator=g) * 3, torch.randint(0, 50, (37,), generator=g)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_equals_torch_cross_entropy_with_label_smoothing(logits_and_target, eps):
+    logits, target = logits_and_target
+    loss, nll = label_smoothed_nll(logits, target, eps)
+    expected = F.cross_entropy(logits, target, label_smoothing=eps, reduction="sum")
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(nll, F.cross_entropy(logits, target, reduction="sum"), rtol=1e-5, atol=1e-4)
+
+
+def test_nll_is_the_loss_without_smoothing(logits_and_target):
+    logits, target = logits_and_target
+    loss, nll = label_smoothed_nll(logits, target, 0.0)
+    torch.testing.assert_close(loss, nll)
+    smoothed, nll_smoothed = label_smoothed_nll(logits, target, 0.1)
+    torch.testing.assert_close(nll_smoothed, nll)  # the NLL does not depend on epsilon
+    assert not torch.allclose(smoothed, nll)
+
+
+def test_low_precision_logits_are_scored_in_fp32(logits_and_target):
+    logits, target = logits_and_target
+    loss, nll = label_smoothed_nll(logits.bfloat16(), target, 0.1)
+    assert loss.dtype == nll.dtype == torch.float32
+    expected = F.cross_entropy(logits.bfloat16().float(), target, label_smoothing=0.1, reduction="sum")
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_gradient_matches_torch(logits_and_target):
+    logits, target = logits_and_target
+    ours = logits.clone().requires_grad_()
+    label_smoothed_nll(ours, target, 0.1)[0].backward()
+    theirs = logits.clone().requires_grad_()
+    F.cross_entropy(theirs, target, label_smoothing=0.1, reduction="sum").backward()
+    torch.testing.assert_close(ours.grad, theirs.grad)

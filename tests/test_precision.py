@@ -1,0 +1,120 @@
+"""Training runs and stays finite in every precision, and compiled; fp16 only where CUDA is.
+
+The steps are the real ones (``set_up`` + ``train_step`` on toy batches), on a model small enough that
+a few steps take about a second on a CPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from nmt.config import TrainConfig, register_configs
+from nmt.data import collate
+from nmt.decoding import translate_ids
+from nmt.devices import autocast, resolve_precision
+from nmt.errors import NMTError
+from nmt.training.loop import Run, set_up, train_step
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast needs a CUDA device")
+
+
+def toy_config(cache_dir: Path, *overrides: str) -> TrainConfig:
+    """The toy experiment, shrunk: a few hundred pairs, a 2+2-layer model of width 32."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "experiment=toy",
+                f"data.cache_dir={cache_dir}",
+                "data.train_size=400",
+                "data.valid_size=20",
+                "data.test_size=20",
+                "model.d_model=32",
+                "model.ff_dim=64",
+                "model.heads=2",
+                "trainer.max_tokens=512",
+                "trainer.progress=false",
+                *overrides,
+            ],
+        )
+    return OmegaConf.to_object(cfg)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("toy-data")
+
+
+def train_a_few_steps(cfg: TrainConfig, run_dir: Path, steps: int = 3) -> tuple[Run, list[float]]:
+    """``steps`` updates as train() makes them; returns the run and the per-token loss of each."""
+    run = set_up(cfg, run_dir)
+    split, losses = run.data.splits["train"], []
+    for indices in itertools.islice(run.sampler, steps):
+        batch = collate(split, indices, cfg.model.max_positions).to(run.device)
+        stats = train_step(run, [batch], votes=[False, False])
+        run.progress.step += 1
+        losses.append(float(stats["loss_sum"]) / stats["tokens"])
+    run.monitor.close({})
+    return run, losses
+
+
+def assert_trained_finite(run: Run, losses: list[float]) -> None:
+    assert losses and all(math.isfinite(x) for x in losses), losses
+    assert run.progress.skipped_steps == 0
+    assert all(bool(torch.isfinite(p).all()) for p in run.model.parameters())
+
+
+@pytest.mark.parametrize(
+    "precision, device", [("fp32", "cpu"), ("bf16", "cpu"), pytest.param("fp16", "cuda", marks=needs_cuda)]
+)
+def test_training_steps_are_finite(precision: str, device: str, cache_dir: Path, tmp_path: Path):
+    cfg = toy_config(cache_dir, f"trainer.precision={precision}", f"trainer.device={device}")
+    run, losses = train_a_few_steps(cfg, tmp_path)
+    assert run.precision == precision
+    assert run.scaler.is_enabled() == (precision == "fp16")  # loss scaling only where fp16 needs it
+    assert_trained_finite(run, losses)
+
+
+def test_bf16_autocast_computes_in_bf16_on_cpu(cache_dir: Path, tmp_path: Path):
+    """Guards against a silent fall-back to fp32 (the speed-up on CPU comes from bf16 matmuls)."""
+    run = set_up(toy_config(cache_dir, "trainer.precision=bf16", "trainer.device=cpu"), tmp_path)
+    run.monitor.close({})
+    batch = collate(run.data.splits["train"], [0, 1], run.cfg.model.max_positions)
+    with autocast(run.device, run.precision):
+        logits = run.model(batch.src, batch.tgt_in)
+    assert logits.dtype == torch.bfloat16
+
+
+def test_fp16_on_cpu_is_refused():
+    with pytest.raises(NMTError, match="bf16"):
+        resolve_precision("fp16", torch.device("cpu"))
+
+
+@pytest.mark.skipif(
+    os.environ.get("NMT_TEST_COMPILE") != "1",
+    reason="torch.compile takes about a minute on CPU; set NMT_TEST_COMPILE=1 to run",
+)
+def test_compiled_training_then_decoding(cache_dir: Path, tmp_path: Path):
+    cfg = toy_config(cache_dir, "trainer.compile=true", "trainer.device=cpu")
+    start = time.perf_counter()
+    run, losses = train_a_few_steps(cfg, tmp_path)
+    print(f"3 compiled steps (compilation included): {time.perf_counter() - start:.1f} s")
+    assert run.step_model is not run.model  # the compiled wrapper trained the shared parameters
+    assert_trained_finite(run, losses)
+    split = run.data.splits["test"]
+    sources = [split.src(i) for i in range(8)]
+    for beam in (1, 3):
+        decoding = type(cfg.decoding)(**{**vars(cfg.decoding), "beam_size": beam, "max_len_b": 5})
+        hyps = translate_ids(run.model, sources, decoding, run.device, cfg.model.max_positions)
+        assert len(hyps) == len(sources) and all(len(h) == 1 for h in hyps)

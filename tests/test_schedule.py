@@ -1,0 +1,53 @@
+"""Learning-rate schedules: linear warmup to optim.lr, then inverse square root decay or constant."""
+
+import math
+
+import pytest
+
+from nmt.config import OptimConfig
+from nmt.errors import NMTError
+from nmt.training.schedule import learning_rate
+
+CFG = OptimConfig(lr=1e-3, warmup_steps=400, schedule="inverse_sqrt")
+
+
+def test_warmup_is_linear_and_peaks_at_lr_at_warmup_steps():
+    lrs = [learning_rate(step, CFG) for step in range(1, 2001)]
+    assert max(lrs) == pytest.approx(CFG.lr) and lrs.index(max(lrs)) + 1 == CFG.warmup_steps
+    for step in (1, 100, 399):
+        assert learning_rate(step, CFG) == pytest.approx(CFG.lr * step / CFG.warmup_steps)
+    assert all(a < b for a, b in zip(lrs[:399], lrs[1:400]))  # rising during warmup
+    assert all(a > b for a, b in zip(lrs[399:], lrs[400:]))  # falling afterwards
+
+
+@pytest.mark.parametrize("step", [400, 800, 1600, 10_000, 1_000_000])
+def test_inverse_sqrt_decay(step):
+    assert learning_rate(step, CFG) == pytest.approx(CFG.lr * math.sqrt(CFG.warmup_steps / step))
+    assert learning_rate(4 * step, CFG) == pytest.approx(learning_rate(step, CFG) / 2)
+
+
+def test_inverse_sqrt_is_the_paper_schedule_rescaled():
+    """Vaswani et al.: d^-0.5 * min(step^-0.5, step * warmup^-1.5), here scaled so its peak is optim.lr."""
+    d_model, warmup = 512, CFG.warmup_steps
+
+    def paper(step: int) -> float:
+        return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+    scale = CFG.lr / paper(warmup)
+    for step in (1, 50, 399, 400, 401, 3000, 50_000):
+        assert learning_rate(step, CFG) == pytest.approx(scale * paper(step))
+
+
+def test_constant_schedule_and_no_warmup():
+    constant = OptimConfig(lr=5e-4, warmup_steps=100, schedule="constant")
+    assert learning_rate(50, constant) == pytest.approx(2.5e-4)
+    assert {learning_rate(step, constant) for step in (100, 101, 10_000)} == {5e-4}
+    no_warmup = OptimConfig(lr=5e-4, warmup_steps=0, schedule="inverse_sqrt")
+    assert learning_rate(1, no_warmup) == pytest.approx(5e-4)
+    assert learning_rate(4, no_warmup) == pytest.approx(2.5e-4)
+
+
+def test_unknown_schedule_is_refused_from_the_first_step():
+    for step in (1, 5000):  # not only after warmup, hours into a run
+        with pytest.raises(NMTError, match="optim.schedule 'cosine'"):
+            learning_rate(step, OptimConfig(schedule="cosine", warmup_steps=4000))
