@@ -279,6 +279,14 @@ class PlotAttentionConfig:
     device: str = "auto"
 
 
+@dataclass
+class PlotCurvesConfig:
+    runs: list[str] = field(default_factory=list)  # run dirs
+    labels: list[str] = field(default_factory=list)  # one legend label per run (default: the dir name)
+    output: str = "curves.png"
+    dpi: int = 110
+
+
 def _basename(path: str) -> str:
     return os.path.basename(os.path.normpath(path))
 
@@ -293,6 +301,7 @@ def register_configs() -> None:
     cs.store(name="translate_schema", node=TranslateConfig)
     cs.store(name="average_schema", node=AverageConfig)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
+    cs.store(name="plot_curves_schema", node=PlotCurvesConfig)
     # Merged before the `train` config it extends, whose root schema (TrainConfig) then stays the type.
     cs.store(name="benchmark_schema", node={"bench": BenchConfig})
     cs.store(group="data", name="hf_schema", node=HFDataConfig)

@@ -1,8 +1,9 @@
-"""Pictures: attention heatmaps (source subwords x target subwords)."""
+"""Pictures: attention heatmaps (source subwords x target subwords) and training curves."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import matplotlib
 
@@ -71,4 +72,37 @@ def attention_figure(
     fig.colorbar(image, ax=axes.ravel().tolist(), label="attention weight", shrink=0.9)
     if title is not None:
         fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def read_scalars(run_dir: str | Path, tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(step, minutes since the run's first event, value) of one TensorBoard scalar of a run dir."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(Path(run_dir) / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    if tag not in acc.Tags()["scalars"]:
+        return np.array([]), np.array([]), np.array([])
+    events = acc.Scalars(tag)
+    start = min(e.wall_time for t in acc.Tags()["scalars"] for e in acc.Scalars(t))
+    steps = np.array([e.step for e in events])
+    minutes = np.array([(e.wall_time - start) / 60 for e in events])
+    return steps, minutes, np.array([e.value for e in events])
+
+
+def curves_figure(runs: dict[str, str | Path]) -> Figure:
+    """Training loss and validation BLEU against training time, one line per run (label -> run dir)."""
+    fig = Figure(figsize=(10, 3.8))
+    loss_ax, bleu_ax = fig.subplots(1, 2)
+    for label, run_dir in runs.items():
+        _, minutes, loss = read_scalars(run_dir, "train/loss")
+        loss_ax.plot(minutes, loss, label=label)
+        _, minutes, bleu = read_scalars(run_dir, "valid/bleu")
+        bleu_ax.plot(minutes, bleu, marker="o", markersize=3, label=label)
+    loss_ax.set(xlabel="training time (minutes)", ylabel="train loss (label-smoothed, per token)")
+    bleu_ax.set(xlabel="training time (minutes)", ylabel="validation BLEU (greedy)")
+    for ax in (loss_ax, bleu_ax):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
     return fig

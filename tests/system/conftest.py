@@ -82,7 +82,7 @@ class Toy:
         )
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def torch_threads():
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)
@@ -91,7 +91,7 @@ def torch_threads():
 
 
 @pytest.fixture(scope="session")
-def toy(tmp_path_factory) -> Toy:
+def toy(tmp_path_factory, torch_threads) -> Toy:
     return Toy(tmp_path_factory.mktemp("data-cache"))
 
 

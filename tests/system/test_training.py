@@ -51,12 +51,17 @@ def all_finite(state: dict) -> bool:
 
 
 def test_the_toy_task_is_learned(toy_run):
-    """The session's shared model: experiment=toy as it comes."""
+    """The session's shared model: experiment=toy as it comes.
+
+    Its greedy validation BLEU at step 700 depends on the numerics: 84.5, 89.1 and 92.2 for seeds 1-3
+    on one thread, 88.8 for seed 1 on two, so "> 90" would be a coin toss; beam search (evaluate.py)
+    adds 3-7 points. An untrained model scores ~0, the same one at step 350 ~75.
+    """
     history = load_checkpoint(toy_run.checkpoints / "last.pt")["progress"]["history"]
     assert [h["step"] for h in history] == [350, 700]
     assert toy_run.final == history[-1]
-    assert toy_run.final["bleu"] > 90, history
-    assert history[1]["loss"] < history[0]["loss"]
+    assert toy_run.final["bleu"] > 80 and toy_run.final["chrf"] > 90, history
+    assert history[1]["loss"] < history[0]["loss"] and history[1]["bleu"] > history[0]["bleu"]
     names = sorted(p.name for p in toy_run.checkpoints.iterdir())
     assert names == ["best.pt", "last.pt", "step_350.pt", "step_700.pt"]
     assert list((toy_run.run_dir / "tb").glob("events.out.tfevents.*"))
@@ -86,7 +91,10 @@ def test_resuming_in_a_new_process_continues_exactly(toy, straight, tmp_path):
     run_dir = tmp_path / "resumed"
     half = toy.train(run_dir, *toy.short, *RESUMABLE, f"trainer.max_steps={STEPS // 2}")
     assert half.final["step"] == STEPS // 2
-    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"]["step"] == STEPS // 2
+    saved = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert saved["progress"]["step"] == STEPS // 2
+    assert saved["progress"]["epoch"] == saved["sampler"]["epoch"] == 0  # stopped mid-epoch
+    assert saved["sampler"]["position"] == STEPS // 2
 
     args = [*toy.short, *RESUMABLE, f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
     proc = toy.script("train.py", *toy.overrides(*args, f"trainer.max_steps={STEPS}"), cwd=tmp_path)
@@ -100,8 +108,7 @@ def test_resuming_in_a_new_process_continues_exactly(toy, straight, tmp_path):
     assert weights_equal(resumed["model"], expected["model"])
     assert nested_equal(resumed["optimizer"], expected["optimizer"])
     assert nested_equal(resumed["rng"], expected["rng"])
-    # The run crossed an epoch boundary after the restart: the sampler's position mattered.
-    assert expected["progress"]["epoch"] >= 1
+    assert expected["progress"]["epoch"] >= 1  # the resumed part crossed into the next epoch
 
 
 def test_ctrl_c_saves_and_the_printed_command_resumes(toy, tmp_path):
@@ -113,21 +120,26 @@ def test_ctrl_c_saves_and_the_printed_command_resumes(toy, tmp_path):
         "optim.betas=[0.9,0.98]",
         f"hydra.run.dir={run_dir}",
     )
-    with subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "scripts/train.py", *args],
         cwd=REPO,  # the printed command says scripts/train.py
         env=toy.env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    ) as proc:
+    )
+    try:
         first_validation = run_dir / "checkpoints" / "step_5.pt"
         deadline = time.monotonic() + 240
         while not first_validation.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert first_validation.exists(), proc.stderr.read() if proc.poll() is not None else "timeout"
+        assert first_validation.exists(), "training did not reach step 5"
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # a failed assertion must not leave a 100000-step run behind
+            proc.kill()
+            proc.communicate()
     output = stdout + stderr
     assert proc.returncode == 0, output
     assert "SIGINT received" in output
@@ -225,7 +237,9 @@ def test_non_finite_losses_skip_the_update(toy, tmp_path, monkeypatch, caplog):
 
 def test_persistent_non_finite_losses_stop_training(toy, tmp_path, monkeypatch):
     nan_loss_on(monkeypatch, lambda call: call > 5)
-    with pytest.raises(NMTError, match=r"4 consecutive non-finite .* trainer.max_bad_steps=3"):
+    with pytest.raises(
+        NMTError, match=r"4 consecutive non-finite losses/gradients at step 9 \(trainer.max_bad_steps=3\)"
+    ):
         toy.train(
             tmp_path, *toy.short, "trainer.max_steps=50", "trainer.valid_every=5", "trainer.max_bad_steps=3"
         )

@@ -229,11 +229,8 @@ def wrap_model(model: Seq2Seq, cfg: TrainConfig, ctx: Dist) -> torch.nn.Module:
     """DDP under torchrun, then ``torch.compile`` if asked (dynamic shapes: batches vary in length)."""
     wrapped: torch.nn.Module = model
     if ctx.enabled:
-        # No buffer broadcast before every forward: the only buffers are constant position tables.
         wrapped = DistributedDataParallel(
-            model,
-            device_ids=[ctx.local_rank] if model_device(model).type == "cuda" else None,
-            broadcast_buffers=False,
+            model, device_ids=[ctx.local_rank] if model_device(model).type == "cuda" else None
         )
     if cfg.trainer.compile:
         wrapped = torch.compile(wrapped, dynamic=True)
@@ -321,6 +318,7 @@ def train_step(run: Run, batches: list[Batch], votes: list[bool]) -> dict[str, A
         "loss_sum": loss_sum,
         "nll_sum": nll_sum,
         "tokens": tokens,  # this rank's: the loss sums above are this rank's too
+        "src_tokens": sum(b.src_tokens for b in batches),  # this rank's, for Window's throughput
         "all_tokens": total_tokens,  # all ranks': the effective batch size of the update
         "lr": lr,
         "grad_norm": grad_norm,

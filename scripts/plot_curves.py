@@ -1,0 +1,31 @@
+"""Plot training loss and validation BLEU of several runs from their TensorBoard event files.
+
+    python scripts/plot_curves.py 'runs=[outputs/a,outputs/b]' 'labels=[dot-product,additive]' output=c.png
+"""
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.cli import run_cli
+from nmt.config import register_configs
+from nmt.errors import NMTError
+from nmt.plotting import curves_figure
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="plot_curves")
+@run_cli
+def main(cfg: DictConfig) -> None:
+    cfg = OmegaConf.to_object(cfg)
+    if not cfg.runs or (cfg.labels and len(cfg.labels) != len(cfg.runs)):
+        raise NMTError("give runs=[RUN_DIR,...] and optionally as many labels=[...]")
+    labels = cfg.labels or [Path(r).name for r in cfg.runs]
+    curves_figure(dict(zip(labels, cfg.runs))).savefig(cfg.output, dpi=cfg.dpi)
+    print(f"wrote {cfg.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The benchmark: its reference has the project model's dimensions, its FLOP count follows the
+documented formula, and a tiny end-to-end run produces a complete, JSON-serialisable report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
+from nmt.benchmark import ReferenceTransformer, format_report, run_benchmark, transformer_flops
+from nmt.config import BenchConfig, TrainConfig, TransformerConfig, register_configs
+from nmt.data import Batch
+from nmt.models import Transformer, count_parameters
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def compose_benchmark(*overrides: str) -> tuple[TrainConfig, BenchConfig]:
+    """What scripts/benchmark.py gets: the training config and the ``bench`` section."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose("benchmark", overrides=list(overrides))
+    bench = OmegaConf.to_object(cfg.bench)
+    with open_dict(cfg):
+        del cfg["bench"]
+    return OmegaConf.to_object(cfg), bench
+
+
+def test_benchmark_config_extends_the_training_config():
+    cfg, bench = compose_benchmark("bench.steps=3", "trainer.precision=bf16")
+    assert cfg.data.name == "multi30k-de-en" and cfg.model.d_model == 256 and cfg.trainer.max_tokens == 4096
+    assert cfg.trainer.precision == "bf16" and bench.steps == 3 and bench.reference
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_reference_has_the_project_models_parameters(norm_first: bool):
+    cfg = TransformerConfig(
+        d_model=32, ff_dim=64, heads=4, encoder_layers=2, decoder_layers=3, norm_first=norm_first
+    )
+    project = Transformer(cfg, 100, 100, joint_vocab=True)
+    reference = ReferenceTransformer(cfg, 100, 100, joint_vocab=True)
+    # nn.Transformer always ends both stacks with a LayerNorm; post-norm project stacks do not.
+    extra = 0 if norm_first else 2 * 2 * cfg.d_model
+    assert count_parameters(reference) == count_parameters(project) + extra
+    assert reference.output.weight is reference.src_tokens.weight  # tied like the project's
+
+
+def test_transformer_flops_follow_the_formula():
+    cfg = TransformerConfig(d_model=8, ff_dim=16, heads=2, encoder_layers=1, decoder_layers=2)
+    model = Transformer(cfg, 50, 50, joint_vocab=True)
+    src = torch.tensor([[5, 6, 3], [7, 3, 0]])  # lengths 3, 2 (EOS = 3, PAD = 0)
+    tgt_out = torch.tensor([[8, 3], [3, 0]])  # lengths 2, 1
+    batch = Batch(src, tgt_out, tgt_out, src_tokens=5, tgt_tokens=3)
+    n_enc = sum(p.numel() for m in (model.encoder, model.enc_norm) for p in m.parameters())
+    n_dec = sum(p.numel() for m in (model.decoder, model.dec_norm) for p in m.parameters())
+    d, v = 8, 50
+    expected = 6 * (n_enc * 5 + (n_dec + d * v) * 3) + 12 * d * (
+        1 * (3 * 3 + 2 * 2) + 2 * (2 * (2 + 3) + 1 * (1 + 2))
+    )
+    assert transformer_flops(model, batch) == pytest.approx(expected)
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: more threads only wait for each other on a busy machine
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread):
+    cfg, bench = compose_benchmark(
+        "experiment=toy",
+        "data=toy",
+        f"data.cache_dir={tmp_path / 'data'}",
+        "data.train_size=300",
+        "data.test_size=12",
+        "model.d_model=32",
+        "model.ff_dim=64",
+        "model.heads=2",
+        "bench.warmup_steps=1",
+        "bench.steps=2",
+        "bench.beam_size=2",
+        "bench.matmul_size=128",
+    )
+    results = run_benchmark(cfg, bench, tmp_path)
+    train, decode = results["train"], results["decode"]
+    for name in ("project", "reference"):
+        assert train[name]["step_ms_median"] > 0 and len(train[name]["step_ms"]) == 2
+    assert train["project_over_reference"]["tokens_per_s_median_of_paired_ratios"] > 0
+    assert 0 <= train["batches"]["padding_fraction"] < 1 and train["model_flops_per_token"] > 0
+    assert decode["sentences"] == 12 and len(decode["results"]) == 4
+    assert set(decode["cache_speedup"]) == {"greedy", "beam 2"}
+    json.dumps(results)  # the script writes it as JSON
+    report = format_report(results)
+    assert "project/reference" in report and "cache speedup" in report
