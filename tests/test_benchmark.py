@@ -86,12 +86,15 @@ def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread):
         "bench.steps=2",
         "bench.beam_size=2",
         "bench.matmul_size=128",
+        "bench.precisions=[fp32,bf16]",
     )
     results = run_benchmark(cfg, bench, tmp_path)
     train, decode = results["train"], results["decode"]
-    for name in ("project", "reference"):
-        assert train[name]["step_ms_median"] > 0 and len(train[name]["step_ms"]) == 2
-    assert train["project_over_reference"]["tokens_per_s_median_of_paired_ratios"] > 0
+    assert set(train["results"]) == {"project fp32", "reference fp32", "project bf16", "reference bf16"}
+    for result in train["results"].values():
+        assert result["step_ms_median"] > 0 and len(result["step_ms"]) == 2
+    assert set(train["project_over_reference"]) == {"fp32", "bf16"}
+    assert set(train["speedup_over_fp32"]) == {"project bf16", "reference bf16"}
     assert 0 <= train["batches"]["padding_fraction"] < 1 and train["model_flops_per_token"] > 0
     assert decode["sentences"] == 12 and len(decode["results"]) == 4
     assert set(decode["cache_speedup"]) == {"greedy", "beam 2"}

@@ -53,7 +53,7 @@ from torch import Tensor, nn
 from nmt.config import BenchConfig, TrainConfig, TransformerConfig, to_container
 from nmt.data import Batch, collate
 from nmt.decoding import translate_ids
-from nmt.devices import autocast
+from nmt.devices import autocast, resolve_precision
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, Transformer, count_parameters
 from nmt.models.transformer import sinusoidal_table
@@ -73,6 +73,8 @@ def run_benchmark(cfg: TrainConfig, bench: BenchConfig, run_dir: Path) -> dict[s
     with tempfile.TemporaryDirectory() as scratch:  # set_up's TensorBoard writer is of no use here
         run = set_up(cfg, Path(scratch))
         run.monitor.close({})
+    extra = [resolve_precision(p, run.device) for p in bench.precisions]
+    precisions = list(dict.fromkeys([run.precision, *extra]))  # the run's own first
     results: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "config": {**to_container(cfg), "bench": vars(bench)},
@@ -84,10 +86,10 @@ def run_benchmark(cfg: TrainConfig, bench: BenchConfig, run_dir: Path) -> dict[s
             "device": str(run.device),
             "compile": cfg.trainer.compile,
         },
-        "ceiling_flops": matmul_ceiling(run.device, run.precision, bench.matmul_size),
+        "ceiling_flops": matmul_ceiling(run.device, precisions, bench.matmul_size),
     }
     if bench.train:
-        results["train"] = measure_training(run, bench, results["ceiling_flops"][run.precision])
+        results["train"] = measure_training(run, bench, precisions, results["ceiling_flops"])
     if bench.decode:
         results["decode"] = measure_decoding(run, bench)
     results["hardware"]["load_average_end"] = list(os.getloadavg())
@@ -127,14 +129,12 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def matmul_ceiling(device: torch.device, precision: str, n: int, repeats: int = 5) -> dict[str, float]:
-    """FLOP/s of an n x n x n matmul (median of ``repeats``) in fp32, and in the run's 16-bit type."""
-    dtypes = {"fp32": torch.float32}
-    if precision in ("bf16", "fp16"):
-        dtypes[precision] = torch.bfloat16 if precision == "bf16" else torch.float16
+def matmul_ceiling(device: torch.device, precisions: list[str], n: int, repeats: int = 5) -> dict[str, float]:
+    """FLOP/s of an n x n x n matmul (median of ``repeats``) in each precision (what autocast runs)."""
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     out = {}
-    for name, dtype in dtypes.items():
-        a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    for name in precisions:
+        a, b = (torch.randn(n, n, device=device).to(dtypes[name]) for _ in range(2))
         times = []
         for i in range(repeats + 1):  # the first one warms up
             synchronize(device)
@@ -272,7 +272,7 @@ class ReferenceTrainer:
         self.model = ReferenceTransformer(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint)
         self.model.to(run.device).train()
         self.optimizer = make_optimizer(self.model, cfg)
-        self.scaler = torch.amp.GradScaler(run.device.type, enabled=run.precision == "fp16")
+        self.scaler = scaler_for(run.device, run.precision)
         self.cfg, self.device, self.precision = cfg, run.device, run.precision
 
     def step(self, batch: Batch) -> None:
@@ -317,10 +317,14 @@ def timed(fn: Callable[[], Any], device: torch.device, memory: PeakMemory) -> tu
     return time.perf_counter() - start, memory.peak()
 
 
-def measure_training(run: Run, bench: BenchConfig, ceiling: float) -> dict[str, Any]:
-    """Project and reference steps alternating on the same real batches; per-model medians.
+def measure_training(
+    run: Run, bench: BenchConfig, precisions: list[str], ceilings: dict[str, float]
+) -> dict[str, Any]:
+    """Project and reference steps, in every precision, taking turns on the same real batches.
 
-    ``ceiling``: the device's matmul FLOP/s at the run's precision.
+    Results are keyed "project fp32", "reference bf16", ...; ``ceilings`` are the device's matmul
+    FLOP/s per precision. Both models keep training across precisions (speed does not depend on the
+    weights); each precision has its own gradient scaler, as a run in that precision would.
     """
     batches, collate_s = real_batches(run, bench.warmup_steps + bench.steps)
     reference = None
@@ -329,25 +333,34 @@ def measure_training(run: Run, bench: BenchConfig, ceiling: float) -> dict[str, 
             raise NMTError("bench.reference=true needs model.arch=transformer (or set bench.reference=false)")
         reference = ReferenceTrainer(run)
     memory = PeakMemory(run.device)
+    main_precision, main_scaler = run.precision, run.scaler
 
-    def project_step(batch: Batch) -> None:
+    def project_step(batch: Batch, precision: str, scaler: torch.amp.GradScaler) -> None:
+        run.precision, run.scaler = precision, scaler
         train_step(run, [batch], votes=[False, False])
         run.progress.step += 1  # as train() does: the learning rate follows the schedule
 
-    times: dict[str, list[float]] = {"project": [], "reference": []}
-    peaks: dict[str, list[int]] = {"project": [], "reference": []}
+    def reference_step(batch: Batch, precision: str, scaler: torch.amp.GradScaler) -> None:
+        reference.precision, reference.scaler = precision, scaler
+        reference.step(batch)
+
+    steps: dict[str, tuple[Callable, str, torch.amp.GradScaler]] = {}
+    for precision in precisions:
+        steps[f"project {precision}"] = (project_step, precision, scaler_for(run.device, precision))
+        if reference is not None:
+            steps[f"reference {precision}"] = (reference_step, precision, scaler_for(run.device, precision))
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    peaks: dict[str, list[int]] = {name: [] for name in steps}
     first_step = 0.0
     for i, batch in enumerate(batches):
-        steps = [("project", lambda b=batch: project_step(b))]
-        if reference is not None:
-            steps.append(("reference", lambda b=batch: reference.step(b)))
-        for name, fn in steps:
-            seconds, peak = timed(fn, run.device, memory)
-            if i == 0 and name == "project":
+        for name, (step, precision, scaler) in steps.items():
+            seconds, peak = timed(lambda: step(batch, precision, scaler), run.device, memory)  # noqa: B023
+            if i == 0 and name == f"project {main_precision}":
                 first_step = seconds  # includes torch.compile's compilation with trainer.compile=true
             if i >= bench.warmup_steps:
                 times[name].append(seconds)
                 peaks[name].append(peak)
+    run.precision, run.scaler = main_precision, main_scaler
 
     measured = batches[bench.warmup_steps :]
     real = [b.src_tokens + b.tgt_tokens for b in measured]
@@ -367,11 +380,10 @@ def measure_training(run: Run, bench: BenchConfig, ceiling: float) -> dict[str, 
         "model_flops_per_token": sum(flops) / sum(real) if flops else None,
         "first_step_s": first_step,
         "memory_peak_is_per_step": memory.resettable,
+        "results": {},
     }
     for name, seconds in times.items():
-        if not seconds:
-            continue
-        out[name] = {
+        result = {
             "step_ms_median": 1000 * statistics.median(seconds),
             "tokens_per_s_median": statistics.median(n / s for n, s in zip(real, seconds)),
             "tgt_tokens_per_s_median": statistics.median(b.tgt_tokens / s for b, s in zip(measured, seconds)),
@@ -379,17 +391,29 @@ def measure_training(run: Run, bench: BenchConfig, ceiling: float) -> dict[str, 
             "step_ms": [round(1000 * x, 2) for x in seconds],  # per measured step, in batch order
         }
         if flops:
-            achieved = statistics.median(f / s for f, s in zip(flops, seconds))
-            out[name]["model_flops_per_s_median"] = achieved
-            out[name]["share_of_ceiling"] = achieved / ceiling
-    if times["reference"]:
-        paired = [r / p for p, r in zip(times["project"], times["reference"])]
-        out["project_over_reference"] = {
-            "tokens_per_s_median_of_paired_ratios": statistics.median(paired),
-            "tokens_per_s_ratio_of_medians": out["project"]["tokens_per_s_median"]
-            / out["reference"]["tokens_per_s_median"],
-        }
+            result["model_flops_per_s_median"] = statistics.median(f / s for f, s in zip(flops, seconds))
+            result["share_of_ceiling"] = result["model_flops_per_s_median"] / ceilings[steps[name][1]]
+        out["results"][name] = result
+
+    def paired(slow: str, fast: str) -> float:
+        """Median over batches of time(slow) / time(fast): how many times faster ``fast`` is."""
+        return statistics.median(a / b for a, b in zip(times[slow], times[fast]))
+
+    if reference is not None:
+        out["project_over_reference"] = {p: paired(f"reference {p}", f"project {p}") for p in precisions}
+    out["speedup_over_fp32"] = {
+        f"{model} {p}": paired(f"{model} fp32", f"{model} {p}")
+        for p in precisions
+        if p != "fp32" and "fp32" in precisions
+        for model in ("project", "reference")
+        if f"{model} {p}" in times
+    }
     return out
+
+
+def scaler_for(device: torch.device, precision: str) -> torch.amp.GradScaler:
+    """Loss scaling only for fp16, as set_up decides."""
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
 
 # ----------------------------------------------------------------------------------------- decoding
@@ -473,31 +497,27 @@ def format_report(results: dict[str, Any]) -> str:
 
 
 def _training_table(train: dict[str, Any]) -> list[str]:
-    b = train["batches"]
-    names = [name for name in ("project", "reference") if name in train]
-    ratio = train.get("project_over_reference")
-    rows: list[tuple[str, str, Callable[[dict], str]]] = [
-        ("step time (ms)", "", lambda m: f"{m['step_ms_median']:.1f}"),
-        ("tokens/s (src+tgt)", "", lambda m: f"{m['tokens_per_s_median']:.0f}"),
-        ("target tokens/s", "", lambda m: f"{m['tgt_tokens_per_s_median']:.0f}"),
-        ("peak memory (MiB)", "", lambda m: f"{m['peak_memory_mib']:.0f}"),
+    b, results = train["batches"], train["results"]
+    rows: list[tuple[str, Callable[[dict], str]]] = [
+        ("step time (ms)", lambda m: f"{m['step_ms_median']:.1f}"),
+        ("tokens/s (src+tgt)", lambda m: f"{m['tokens_per_s_median']:.0f}"),
+        ("target tokens/s", lambda m: f"{m['tgt_tokens_per_s_median']:.0f}"),
+        ("peak memory (MiB)", lambda m: f"{m['peak_memory_mib']:.0f}"),
     ]
     if train["model_flops_per_token"]:
         rows += [
-            ("model GFLOP/s", "", lambda m: f"{m['model_flops_per_s_median'] / 1e9:.1f}"),
-            ("share of ceiling", "", lambda m: f"{100 * m['share_of_ceiling']:.1f}%"),
+            ("model GFLOP/s", lambda m: f"{m['model_flops_per_s_median'] / 1e9:.1f}"),
+            ("share of ceiling", lambda m: f"{100 * m['share_of_ceiling']:.1f}%"),
         ]
     out = [
         f"training: {train['steps']} measured steps after {train['warmup_steps']} warmup, medians",
-        f"{'':<20}" + "".join(f"{name:>12}" for name in names),
+        f"{'':<20}" + "".join(f"{name:>16}" for name in results),
     ]
-    for label, _, value in rows:
-        out.append(f"{label:<20}" + "".join(f"{value(train[name]):>12}" for name in names))
-    if ratio:
-        out.append(
-            f"project/reference tokens/s: {ratio['tokens_per_s_median_of_paired_ratios']:.3f} "
-            f"(median of per-batch ratios; {ratio['tokens_per_s_ratio_of_medians']:.3f} ratio of medians)"
-        )
+    out += [f"{label:<20}" + "".join(f"{value(m):>16}" for m in results.values()) for label, value in rows]
+    for precision, ratio in train.get("project_over_reference", {}).items():
+        out.append(f"project/reference tokens/s, {precision}: {ratio:.3f} (median of per-batch ratios)")
+    for name, ratio in train["speedup_over_fp32"].items():
+        out.append(f"{name} speed / fp32 speed: {ratio:.2f}x (median of per-batch ratios)")
     out.append(
         f"batches: max_tokens {b['max_tokens']}, {b['sentences_mean']:.0f} sentences and "
         f"{b['real_tokens_mean']:.0f} real tokens on average, padding {100 * b['padding_fraction']:.1f}%, "

@@ -214,6 +214,7 @@ class BenchConfig:
     decode: bool = True  # greedy and beam search, cached and uncached
     warmup_steps: int = 5  # training steps run before measuring (allocator, autotuning, compile)
     steps: int = 20  # measured training steps per model; medians are reported
+    precisions: list[str] = field(default_factory=list)  # also time these, e.g. [fp32,bf16], same batches
     decode_sentences: int = 1000  # test sentences decoded per setting; 0 = the whole test split
     beam_size: int = 5  # the beam of the beam-search measurements (greedy is always measured too)
     checkpoint: str | None = None  # trained model for decoding; None = the randomly initialised one

@@ -30,24 +30,25 @@ class Translator:
         model, tokenizer, cfg = model_from_checkpoint(load_checkpoint(path), device)
         return cls(model, tokenizer, cfg, device)
 
-    def encode(self, lines: Sequence[str]) -> list[list[int]]:
-        """Source ids, truncated (with a warning) to what the model can take."""
+    def encode(self, lines: Sequence[str], first_line: int = 1) -> list[list[int]]:
+        """Source ids, truncated (with a warning naming the input line) to what the model can take."""
         ids = self.tokenizer.encode_src([line.strip() for line in lines])
         for i, seq in enumerate(ids):
             if len(seq) > self.max_source:
                 log.warning(
                     "line %d: %d subwords, truncated to the model's limit of %d",
-                    i + 1,
+                    first_line + i,
                     len(seq),
                     self.max_source,
                 )
         return [seq[: self.max_source] for seq in ids]
 
     def hypotheses(
-        self, lines: Sequence[str], decoding: DecodingConfig, progress: bool = False
+        self, lines: Sequence[str], decoding: DecodingConfig, progress: bool = False, first_line: int = 1
     ) -> list[list[Hypothesis]]:
-        """n-best lists for non-empty lines; an empty line gets an empty hypothesis list."""
-        ids = self.encode(lines)
+        """n-best lists for non-empty lines; an empty line gets an empty hypothesis list.
+        ``first_line`` is the input line number of ``lines[0]``, for warnings."""
+        ids = self.encode(lines, first_line)
         todo = [i for i, seq in enumerate(ids) if seq]
         out: list[list[Hypothesis]] = [[] for _ in lines]
         results = translate_ids(
@@ -62,9 +63,11 @@ class Translator:
             out[i] = hyps
         return out
 
-    def translate(self, lines: Sequence[str], decoding: DecodingConfig, progress: bool = False) -> list[str]:
+    def translate(
+        self, lines: Sequence[str], decoding: DecodingConfig, progress: bool = False, first_line: int = 1
+    ) -> list[str]:
         """Best translation of every line; empty lines stay empty."""
-        hyps = self.hypotheses(lines, decoding, progress)
+        hyps = self.hypotheses(lines, decoding, progress, first_line)
         return self.tokenizer.decode_tgt([h[0].tokens if h else [] for h in hyps])
 
 
@@ -76,13 +79,14 @@ def translate_stream(
     interactive = source.isatty()
     size = 1 if interactive else max(1, batch_sentences)
     batch: list[str] = []
+    done = 0  # lines written so far: warnings name input lines, not lines of the batch
     for line in _lines(source, interactive):
         batch.append(line)
         if len(batch) >= size:
-            _write(target, translator.translate(batch, decoding))
-            batch = []
+            _write(target, translator.translate(batch, decoding, first_line=done + 1))
+            done, batch = done + len(batch), []
     if batch:
-        _write(target, translator.translate(batch, decoding))
+        _write(target, translator.translate(batch, decoding, first_line=done + 1))
 
 
 def _lines(source: TextIO, interactive: bool):

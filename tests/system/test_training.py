@@ -22,6 +22,8 @@ from nmt.errors import NMTError
 from nmt.training.checkpoint import load_checkpoint
 from nmt.translator import Translator
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 # Resume/determinism runs: N steps, validation every N/2, dropout on so the RNG state matters too.
 STEPS = 40
@@ -109,6 +111,24 @@ def test_resuming_in_a_new_process_continues_exactly(toy, straight, tmp_path):
     assert nested_equal(resumed["optimizer"], expected["optimizer"])
     assert nested_equal(resumed["rng"], expected["rng"])
     assert expected["progress"]["epoch"] >= 1  # the resumed part crossed into the next epoch
+
+
+@pytest.mark.parametrize("limit", ["max_steps", "max_epochs"])
+def test_resuming_a_finished_run_trains_no_further(toy, straight, tmp_path, limit):
+    """Re-running the command of a finished run (trainer.resume=auto) must not go past its limit."""
+    if limit == "max_steps":
+        shutil.copytree(straight.run_dir, tmp_path, dirs_exist_ok=True)
+        overrides = [*toy.short, *RESUMABLE, f"trainer.max_steps={STEPS}"]
+    else:  # one epoch, ~30 steps, validated at its end
+        overrides = [*toy.short, "trainer.max_epochs=1", "trainer.valid_every=1000"]
+        toy.train(tmp_path, *overrides)
+    before = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert before["progress"]["epoch"] == 1 if limit == "max_epochs" else before["progress"]["step"] == STEPS
+
+    toy.train(tmp_path, *overrides, "trainer.resume=auto")
+    after = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert after["progress"] == before["progress"]  # same step and epoch, no extra validation
+    assert weights_equal(after["model"], before["model"])
 
 
 def test_ctrl_c_saves_and_the_printed_command_resumes(toy, tmp_path):
@@ -207,7 +227,7 @@ def test_a_checkpoint_alone_translates(toy, toy_run, tmp_path):
 # ------------------------------------------------------------------------------ non-finite losses
 
 
-def nan_loss_on(monkeypatch, bad_calls):
+def nan_loss_on(monkeypatch, bad_calls) -> None:
     """Training losses (grad enabled) become NaN on the given 1-based calls; validation is untouched."""
     real = loop.label_smoothed_nll
     calls = []
@@ -221,7 +241,6 @@ def nan_loss_on(monkeypatch, bad_calls):
         return loss, nll
 
     monkeypatch.setattr(loop, "label_smoothed_nll", patched)
-    return calls
 
 
 def test_non_finite_losses_skip_the_update(toy, tmp_path, monkeypatch, caplog):
@@ -230,6 +249,7 @@ def test_non_finite_losses_skip_the_update(toy, tmp_path, monkeypatch, caplog):
     ckpt = load_checkpoint(run.checkpoints / "last.pt")
     assert ckpt["progress"]["step"] == 10
     assert ckpt["progress"]["skipped_steps"] == 2 and ckpt["progress"]["bad_steps"] == 0
+    assert {int(state["step"]) for state in ckpt["optimizer"]["state"].values()} == {8}  # Adam updates
     assert all_finite(ckpt["model"])  # a NaN gradient through Adam would have poisoned every weight
     assert math.isfinite(run.final["loss"])
     assert sum("update skipped" in r.getMessage() for r in caplog.records) == 2

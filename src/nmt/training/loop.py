@@ -77,7 +77,10 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     stop = GracefulStop()
     index_lists = endless_batches(run.sampler, run.progress, cfg)
     train_split = run.data.splits["train"]
-    started, window, reason, validated_at = time.monotonic(), Window(), "", -1
+    started, window, reason = time.monotonic(), Window(), ""
+    validated_at = run.progress.history[-1]["step"] if run.progress.history else -1
+    if cfg.trainer.max_steps and run.progress.step >= cfg.trainer.max_steps:  # a finished run, resumed
+        reason = f"max_steps={cfg.trainer.max_steps} reached"
     bar = tqdm(
         total=cfg.trainer.max_steps or None,
         initial=run.progress.step,
@@ -269,11 +272,11 @@ def restore(path: Path, model, optimizer, scaler, sampler) -> Progress:
 def endless_batches(sampler: TokenBatchSampler, progress: Progress, cfg: TrainConfig):
     """Index lists epoch after epoch (from the sampler's saved position); None after ``max_epochs``."""
     while True:
-        yield from sampler
-        progress.epoch += 1
-        if cfg.trainer.max_epochs and progress.epoch >= cfg.trainer.max_epochs:
+        if cfg.trainer.max_epochs and progress.epoch >= cfg.trainer.max_epochs:  # also when resumed
             while True:
                 yield None
+        yield from sampler
+        progress.epoch += 1
         sampler.set_epoch(progress.epoch)
 
 
