@@ -14,6 +14,7 @@ from nmt.attention_maps import plot_attention_for_text
 from nmt.cli import run_cli
 from nmt.config import merge_decoding, register_configs
 from nmt.devices import select_device
+from nmt.plotting import PNG_DPI
 from nmt.translator import Translator
 
 register_configs()
@@ -29,7 +30,7 @@ def main(cfg: DictConfig) -> None:
     fig, translation = plot_attention_for_text(translator, cfg.text, decoding, cfg.layer, cfg.heads)
     output = Path(cfg.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=100)
+    fig.savefig(output, dpi=PNG_DPI)
     print(translation)
     print(f"attention map: {output}")
 

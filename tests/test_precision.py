@@ -103,7 +103,7 @@ def test_fp16_on_cpu_is_refused():
 
 @pytest.mark.skipif(
     os.environ.get("NMT_TEST_COMPILE") != "1",
-    reason="torch.compile takes about a minute on CPU; set NMT_TEST_COMPILE=1 to run",
+    reason="torch.compile takes 1-2 min on a 2-core CPU (cold cache); set NMT_TEST_COMPILE=1 to run",
 )
 def test_compiled_training_then_decoding(cache_dir: Path, tmp_path: Path):
     cfg = toy_config(cache_dir, "trainer.compile=true", "trainer.device=cpu")

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from nmt.config import TransformerConfig
+from nmt.errors import NMTError
 from nmt.models import Transformer, build_model, count_parameters
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -91,7 +92,7 @@ def test_post_norm_and_learned_positions_are_what_they_say():
         table = learned.tgt_embed.positions.weight
         table.copy_(table.flip(0))  # the learned table is what gives positions
         assert not torch.allclose(learned(src, tgt), before, atol=1e-3)
-    with pytest.raises(ValueError, match="positional"):
+    with pytest.raises(NMTError, match="positional"):
         tiny(replace(TINY, positional="rotary"))
 
 

@@ -42,15 +42,12 @@ def plot_attention_for_text(
     if not -layers <= layer < layers:
         raise NMTError(f"layer={layer} out of range: the model has {layers} decoder layer(s) (-1 = last)")
     weights = weights[layer, 0].float()
-    number = layer % layers
+    title = "cross-attention" + (f", decoder layer {layer % layers}" if layers > 1 else "")
     if heads == "mean":
         panels, titles = weights.mean(dim=0, keepdim=True), None
-        title = f"cross-attention, layer {number}" + (
-            f", mean of {weights.size(0)} heads" if weights.size(0) > 1 else ""
-        )
+        title += f", mean of {weights.size(0)} heads" if weights.size(0) > 1 else ""
     else:
         panels, titles = weights, [f"head {h}" for h in range(weights.size(0))]
-        title = f"cross-attention, layer {number}"
     fig = attention_figure(
         panels.cpu().numpy(),
         [*tok.src_pieces(src_ids), "</s>"],

@@ -39,7 +39,7 @@ def corpus_scores(
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
     unknown = set(metrics) - set(METRICS)
     if unknown:
-        raise ValueError(f"unknown metrics {sorted(unknown)}; choose from {sorted(METRICS)}")
+        raise NMTError(f"eval.metrics: unknown {sorted(unknown)}; choose from {sorted(METRICS)}")
     scores = {}
     for name in metrics:
         metric = METRICS[name]()

@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+PNG_DPI = 100  # pixels per inch of the saved pictures
 COLORBAR_WIDTH = 0.9  # inches added to the right of the panels
 TITLE_HEIGHT = 0.4  # inches added on top for a figure title
 
@@ -19,8 +20,8 @@ def attention_figure_size(
     panels: int, tgt_len: int, src_len: int, cell: float = 0.32, title: bool = False
 ) -> tuple[float, float]:
     """(width, height) in inches of :func:`attention_figure`'s figure: ``cell`` inches per subword,
-    plus room for the labels, a colour bar and the title. Saved at ``dpi`` the image is
-    round(width * dpi) x round(height * dpi) pixels."""
+    plus room for the labels, a colour bar and the title. Saved at ``dpi`` (:data:`PNG_DPI` by the
+    scripts) the image is round(width * dpi) x round(height * dpi) pixels."""
     cols = min(panels, 4)
     rows = (panels + cols - 1) // cols
     width = max(3.0, cell * src_len + 1.5)

@@ -97,5 +97,5 @@ def toy(tmp_path_factory, torch_threads) -> Toy:
 
 @pytest.fixture(scope="session")
 def toy_run(tmp_path_factory, toy) -> ToyRun:
-    """``experiment=toy`` with its defaults (700 steps, validation at 350 and 700): the trained model."""
+    """``experiment=toy`` with its defaults (1000 steps, validation at 500 and 1000): the trained model."""
     return toy.train(tmp_path_factory.mktemp("toy") / "run")

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from nmt.data.corpus import EncodedSplit
+from nmt.errors import NMTError
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -148,7 +149,7 @@ def collate(split: EncodedSplit, indices: list[int], max_positions: int) -> Batc
     keeping room for EOS/BOS."""
     keep = max_positions - 1
     if keep < 1:
-        raise ValueError(f"max_positions={max_positions} leaves no room for tokens")
+        raise NMTError(f"model.max_positions={max_positions} leaves no room for tokens")
     src = _with_eos([split.src(i)[:keep] for i in indices])
     tgt_out = _with_eos([split.tgt(i)[:keep] for i in indices])
     tgt_in = np.empty_like(tgt_out)

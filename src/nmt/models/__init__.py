@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nmt.config import ModelConfig, RNNSearchConfig, TransformerConfig
+from nmt.errors import NMTError
 from nmt.models.base import Seq2Seq, count_parameters, reorder_state
 from nmt.models.transformer import Transformer
 
@@ -17,4 +18,4 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, joint_vocab: b
         from nmt.models.rnnsearch import RNNSearch
 
         return RNNSearch(cfg, src_vocab, tgt_vocab, joint_vocab)
-    raise ValueError(f"unknown model.arch {cfg.arch!r}; choose 'transformer' or 'rnnsearch'")
+    raise NMTError(f"unknown model.arch {cfg.arch!r}; choose 'transformer' or 'rnnsearch'")

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt.config import TransformerConfig
+from nmt.errors import NMTError
 from nmt.models.attention import build_attention
 from nmt.models.base import Seq2Seq, State, log_softmax_fp32
 from nmt.tokenizer import PAD_ID
@@ -41,7 +42,7 @@ class Embedding(nn.Module):
         elif cfg.positional == "sinusoidal":
             self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
         else:
-            raise ValueError(f"model.positional must be 'sinusoidal' or 'learned', got {cfg.positional!r}")
+            raise NMTError(f"model.positional must be 'sinusoidal' or 'learned', got {cfg.positional!r}")
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
@@ -152,11 +153,11 @@ class Transformer(Seq2Seq):
             self.output.weight = tgt_tokens.weight
 
     def _init_weights(self) -> None:
-        for name, p in self.named_parameters():
-            if p.dim() > 1 and "embed" not in name:
-                nn.init.xavier_uniform_(p)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        for module in self.modules():  # other parameters (e.g. additive attention's v) keep their own init
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
         for emb in (self.src_embed.tokens, self.tgt_embed.tokens):
             nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
             nn.init.zeros_(emb.weight[PAD_ID])
