@@ -22,6 +22,7 @@ from nmt.data import collate
 from nmt.decoding import translate_ids
 from nmt.devices import autocast, resolve_precision
 from nmt.errors import NMTError
+from nmt.models.attention import DotProductAttention
 from nmt.training.loop import Run, set_up, train_step
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -94,6 +95,21 @@ def test_bf16_autocast_computes_in_bf16_on_cpu(cache_dir: Path, tmp_path: Path):
     with autocast(run.device, run.precision):
         logits = run.model(batch.src, batch.tgt_in)
     assert logits.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_attention_on_cpu_matches_fp32(causal: bool):
+    """bf16 on CPU skips the fused kernel (slow there) for the explicit path: same result, no weights."""
+    torch.manual_seed(0)
+    attn = DotProductAttention(32, 4, dropout=0.0, cross=False)
+    x = torch.randn(3, 7, 32)
+    pad = torch.zeros(3, 7, dtype=torch.bool)
+    pad[0, 5:] = True
+    expected, _ = attn(x, x, x, key_padding_mask=pad, causal=causal)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, weights = attn(x, x, x, key_padding_mask=pad, causal=causal)
+    assert out.dtype == torch.bfloat16 and weights is None
+    torch.testing.assert_close(out.float(), expected, atol=3e-2, rtol=3e-2)
 
 
 def test_fp16_on_cpu_is_refused():

@@ -13,8 +13,9 @@ from matplotlib.figure import Figure
 from nmt.config import DecodingConfig
 from nmt.decoding import pad_batch, translate_ids
 from nmt.errors import NMTError
+from nmt.models.base import Seq2Seq
 from nmt.plotting import attention_figure
-from nmt.tokenizer import BOS_ID
+from nmt.tokenizer import BOS_ID, Tokenizer
 from nmt.translator import Translator
 
 HEAD_MODES = ("mean", "all")
@@ -35,8 +36,17 @@ def plot_attention_for_text(
     model, tok = translator.model, translator.tokenizer
     max_positions = translator.cfg.model.max_positions
     hyp = translate_ids(model, [src_ids], decoding, translator.device, max_positions)[0][0].tokens
-    src = pad_batch([src_ids], translator.device)
-    tgt_in = torch.tensor([[BOS_ID, *hyp]], device=translator.device)
+    return attention_map(model, tok, src_ids, hyp, layer, heads), tok.decode_tgt([hyp])[0]
+
+
+@torch.no_grad()
+def attention_map(
+    model: Seq2Seq, tok: Tokenizer, src_ids: list[int], hyp: list[int], layer: int = -1, heads: str = "mean"
+) -> Figure:
+    """Heatmap of the cross-attention of decoder ``layer`` while producing ``hyp`` from ``src_ids``."""
+    device = next(model.parameters()).device
+    src = pad_batch([src_ids], device)
+    tgt_in = torch.tensor([[BOS_ID, *hyp]], device=device)
     weights = model.cross_attention(src, tgt_in)  # (layers, 1, heads, tgt, src)
     layers = weights.size(0)
     if not -layers <= layer < layers:
@@ -48,11 +58,10 @@ def plot_attention_for_text(
         title += f", mean of {weights.size(0)} heads" if weights.size(0) > 1 else ""
     else:
         panels, titles = weights, [f"head {h}" for h in range(weights.size(0))]
-    fig = attention_figure(
+    return attention_figure(
         panels.cpu().numpy(),
         [*tok.src_pieces(src_ids), "</s>"],
         [*tok.tgt_pieces(hyp), "</s>"],
         titles=titles,
         title=title,
     )
-    return fig, tok.decode_tgt([hyp])[0]

@@ -5,8 +5,9 @@ from :func:`~nmt.training.loop.set_up`, i.e. exactly what ``scripts/train.py`` r
 prepared corpus cut by the training sampler. The reference is ``torch.nn.Transformer`` of the same
 dimensions with the same embeddings, tied output layer, dropout placement, label-smoothed loss,
 optimizer, gradient clipping and precision. The two alternate step by step on the same batches
-(A B A B ...), so load changes on a shared machine hit both alike; medians are over the measured steps
-after warmup, and the project/reference ratio is the median of the per-batch ratios.
+(A B A B ...), so load changes on a shared machine hit both alike; ``bench.precisions`` adds more
+turns per batch (e.g. fp32 and bf16 autocast). Medians are over the measured steps after warmup; the
+ratios (project/reference, bf16/fp32) are medians of the per-batch ratios.
 
 Model FLOPs (the convention of PaLM's MFU: useful work only, attention counted in full even where the
 causal mask skips half of it, padding not counted). For a sentence pair of s source and t target
@@ -18,19 +19,23 @@ their layers, d = d_model and V the target vocabulary::
 6 = 2 (a multiply-add) x 3 (forward, and two matmuls backward); the output projection counts although
 its weight is tied to the embeddings; 12 * d * keys per query and layer are QK^T and AV. The device's
 ceiling is the FLOP rate of one large matmul measured in the same run, so "share of ceiling" says how
-much of what the hardware does best the training step achieves.
+much of what the hardware does best the training step achieves. Peak memory is per step: the CUDA
+allocator's peak on GPU; on CPU the process's peak resident set (VmHWM, reset before each step), which
+includes both models, their optimizer states and the corpus.
 
 Decoding (greedy and beam search, with and without the key/value cache) translates the first
 ``bench.decode_sentences`` test sentences. A randomly initialised model hardly ever emits EOS, so every
 output would run to the length budget (1.2 * src_len + 10 by default), which is about twice the length
 of real translations and inflates the uncached cost most; without ``bench.checkpoint`` the budget is
 therefore ``bench.random_len_a * src_len + bench.random_len_b`` (default: the source length, close to
-the reference length on Multi30k). With a checkpoint, the configured ``decoding`` settings apply.
+the reference length on Multi30k). The random model is the initial one, from before the training
+measurement. With a checkpoint, the configured ``decoding`` settings apply.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -88,9 +93,13 @@ def run_benchmark(cfg: TrainConfig, bench: BenchConfig, run_dir: Path) -> dict[s
         },
         "ceiling_flops": matmul_ceiling(run.device, precisions, bench.matmul_size),
     }
+    initial = {k: v.clone() for k, v in run.model.state_dict().items()}
     if bench.train:
         results["train"] = measure_training(run, bench, precisions, results["ceiling_flops"])
     if bench.decode:
+        # Decode with the initial weights: a few hundred tiny updates already teach a random model to
+        # emit EOS (a frequent token), which would make decoding speed depend on bench.steps.
+        run.model.load_state_dict(initial)
         results["decode"] = measure_decoding(run, bench)
     results["hardware"]["load_average_end"] = list(os.getloadavg())
     return results
@@ -352,9 +361,15 @@ def measure_training(
     times: dict[str, list[float]] = {name: [] for name in steps}
     peaks: dict[str, list[int]] = {name: [] for name in steps}
     first_step = 0.0
+    log.info(
+        "training: %d warmup + %d measured batches, each timed for %s",
+        len(batches) - bench.steps,
+        bench.steps,
+        ", ".join(steps),
+    )
     for i, batch in enumerate(batches):
         for name, (step, precision, scaler) in steps.items():
-            seconds, peak = timed(lambda: step(batch, precision, scaler), run.device, memory)  # noqa: B023
+            seconds, peak = timed(functools.partial(step, batch, precision, scaler), run.device, memory)
             if i == 0 and name == f"project {main_precision}":
                 first_step = seconds  # includes torch.compile's compilation with trainer.compile=true
             if i >= bench.warmup_steps:
@@ -448,6 +463,7 @@ def measure_decoding(run: Run, bench: BenchConfig) -> dict[str, Any]:
     rows = []
     for name, beam in searches:
         for cache in (True, False):
+            log.info("decoding %d sentences: %s, cache %s", n, name, "on" if cache else "off")
             seconds, tokens = decode(beam, cache, sources)
             rows.append(
                 {

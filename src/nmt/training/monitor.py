@@ -10,10 +10,9 @@ from pathlib import Path
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
+from nmt.attention_maps import attention_map
 from nmt.config import TrainConfig, to_container
 from nmt.decoding import greedy_search, pad_batch
-from nmt.plotting import attention_figure
-from nmt.tokenizer import BOS_ID
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, float | int | str | bool]:
@@ -49,21 +48,19 @@ class Monitor:
         rows += [f"| {s} | {r} | {h} |" for s, r, h in examples[: cfg.trainer.num_text_examples]]
         self.writer.add_text("valid/examples", "\n".join(rows), step)
         if cfg.trainer.attention_image:
-            self.attention_image(model, data, cfg, step, device)
+            self.attention_image(model, data, step, device)
 
     @torch.no_grad()
-    def attention_image(self, model, data, cfg: TrainConfig, step: int, device) -> None:
-        """Cross-attention (last layer, mean over heads) of the first validation sentence."""
-        split, tok = data.splits["valid"], data.tokenizer
-        src_ids = list(split.src(0)[: cfg.model.max_positions - 1])
+    def attention_image(self, model, data, step: int, device) -> None:
+        """Last-layer cross-attention (mean over heads) of the first validation sentence, decoded greedily."""
+        cfg = self.cfg
+        src_ids = list(data.splits["valid"].src(0)[: cfg.model.max_positions - 1])
         model.eval()
-        src = pad_batch([src_ids], device)
-        hyp = greedy_search(model, src, _greedy(cfg), cfg.model.max_positions - 1)[0].tokens
-        tgt_in = torch.tensor([[BOS_ID, *hyp]], device=device)
-        weights = model.cross_attention(src, tgt_in)[-1, 0].float().mean(dim=0).cpu().numpy()
+        hyp = greedy_search(model, pad_batch([src_ids], device), _greedy(cfg), cfg.model.max_positions - 1)
+        self.writer.add_figure(
+            "valid/attention", attention_map(model, data.tokenizer, src_ids, hyp[0].tokens), step
+        )
         model.train()
-        fig = attention_figure(weights, [*tok.src_pieces(src_ids), "</s>"], [*tok.tgt_pieces(hyp), "</s>"])
-        self.writer.add_figure("valid/attention", fig, step)
 
     def close(self, final: dict[str, float]) -> None:
         if self.writer is None:
