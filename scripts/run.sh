@@ -3,7 +3,7 @@
 # Any arguments are Hydra overrides for training; AVERAGE_LAST (default 5) is how many of the last
 # step checkpoints are averaged for the evaluation. E.g.
 #   bash scripts/run.sh                           # default config: WMT14 en->de through Hugging Face datasets
-#   AVERAGE_LAST=2 bash scripts/run.sh experiment=multi30k_cpu   # offline: shared Multi30k, 40 CPU minutes
+#   bash scripts/run.sh experiment=multi30k_cpu   # offline: shared Multi30k, 40 minutes on the CPU
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
