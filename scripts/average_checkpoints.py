@@ -1,15 +1,15 @@
-"""Average checkpoints: ``python scripts/average_checkpoints.py run_dir=RUN [last=5] [output=PATH]``."""
+"""Average checkpoints: ``python scripts/average_checkpoints.py run_dir=RUN [last=5] [window=0.2]``."""
 
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.checkpoint import atomic_save
 from nmt.cli import run_cli
 from nmt.config import register_configs
 from nmt.errors import NMTError
 from nmt.training.average import average_checkpoints, last_checkpoints
-from nmt.training.checkpoint import atomic_save
 
 register_configs()
 
@@ -20,7 +20,11 @@ def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     if bool(cfg.inputs) == bool(cfg.run_dir):
         raise NMTError("give either run_dir=RUN (with last=K) or inputs=[a.pt,b.pt,...]")
-    paths = [Path(p) for p in cfg.inputs] if cfg.inputs else last_checkpoints(Path(cfg.run_dir), cfg.last)
+    paths = (
+        [Path(p) for p in cfg.inputs]
+        if cfg.inputs
+        else last_checkpoints(Path(cfg.run_dir), cfg.last, cfg.window)
+    )
     if cfg.output:
         output = Path(cfg.output)
     elif cfg.run_dir:

@@ -7,7 +7,6 @@ Prints BLEU and chrF (sacrebleu, with signatures); writes the hypotheses and a J
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import run_cli
@@ -20,15 +19,14 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")
 @run_cli
 def main(cfg: DictConfig) -> None:
-    overrides = list(HydraConfig.get().overrides.task)
     cfg = OmegaConf.to_object(cfg)
-    report = evaluate_checkpoint(cfg, report_dir(Path(cfg.checkpoint)), overrides)
-    print(format_scores(report["score_objects"]))
+    report = evaluate_checkpoint(cfg, report_dir(Path(cfg.checkpoint)))
+    print(format_scores(report.scores))
     print(
-        f"{report['sentences']} sentences in {report['elapsed_s']:.1f} s "
-        f"({report['sentences_per_s']:.1f} sent/s, {report['tokens_per_s']:.0f} tok/s)"
+        f"{report.sentences} sentences in {report.elapsed_s:.1f} s "
+        f"({report.sentences_per_s:.1f} sent/s, {report.tokens_per_s:.0f} tok/s)"
     )
-    print(f"hypotheses: {report['hypotheses']}\nreport: {report['report']}")
+    print(f"hypotheses: {report.hypotheses}\nreport: {report.report}")
 
 
 if __name__ == "__main__":

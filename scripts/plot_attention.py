@@ -7,12 +7,11 @@ the translation and writes the cross-attention heatmap of decoder ``layer`` to `
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.attention_maps import plot_attention_for_text
 from nmt.cli import run_cli
-from nmt.config import merge_decoding, register_configs
+from nmt.config import register_configs
 from nmt.devices import select_device
 from nmt.plotting import PNG_DPI
 from nmt.translator import Translator
@@ -23,11 +22,11 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="../configs", config_name="plot_attention")
 @run_cli
 def main(cfg: DictConfig) -> None:
-    overrides = list(HydraConfig.get().overrides.task)
     cfg = OmegaConf.to_object(cfg)
     translator = Translator.from_checkpoint(cfg.checkpoint, select_device(cfg.device))
-    decoding = merge_decoding(translator.cfg.decoding, overrides)  # the checkpoint's, unless overridden
-    fig, translation = plot_attention_for_text(translator, cfg.text, decoding, cfg.layer, cfg.heads)
+    fig, translation = plot_attention_for_text(
+        translator, cfg.text, translator.decoding_with(cfg.decoding), cfg.layer, cfg.heads
+    )
     output = Path(cfg.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=PNG_DPI)

@@ -1,6 +1,6 @@
 """Plot training loss and validation BLEU of several runs from their TensorBoard event files.
 
-    python scripts/plot_curves.py 'runs=[outputs/a,outputs/b]' 'labels=[dot-product,additive]' output=c.png
+python scripts/plot_curves.py 'runs=[outputs/a,outputs/b]' 'labels=[dot-product,additive]' output=c.png
 """
 
 from pathlib import Path

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job: prepare data, train, average the last checkpoints, evaluate on the test set.
-# Any arguments are Hydra overrides for training; AVERAGE_LAST (default 5) is how many of the last
-# step checkpoints are averaged for the evaluation. E.g.
+# The main job: prepare data, train, average the last checkpoints, choose the final model on the
+# validation set (best.pt or the average), evaluate it on the test set.
+# Any arguments are Hydra overrides for training. Environment: RUN_DIR (default outputs/run-DATE),
+# AVERAGE_LAST (default 5) step checkpoints averaged, ALPHAS (e.g. "[0.6,1.0,2.0]") length
+# penalties also tried on valid. E.g.
 #   bash scripts/run.sh                           # default config: WMT14 en->de through Hugging Face datasets
 #   bash scripts/run.sh experiment=multi30k_cpu   # offline: shared Multi30k, 40 minutes on the CPU
 set -euo pipefail
@@ -12,4 +14,5 @@ RUN_DIR=${RUN_DIR:-outputs/run-$(date +%Y%m%d-%H%M%S)}
 python scripts/prepare_data.py "$@" hydra.run.dir="$RUN_DIR/prepare"
 python scripts/train.py "$@" hydra.run.dir="$RUN_DIR"
 python scripts/average_checkpoints.py run_dir="$RUN_DIR" last="${AVERAGE_LAST:-5}"
-python scripts/evaluate.py checkpoint="$RUN_DIR/checkpoints/averaged.pt" data.split=test eval.tb_dir="$RUN_DIR"
+python scripts/select_final.py run_dir="$RUN_DIR" ${ALPHAS:+"alphas=$ALPHAS"}
+python scripts/evaluate.py checkpoint="$RUN_DIR/checkpoints/final.pt" data.split=test eval.tb_dir="$RUN_DIR"

@@ -7,11 +7,10 @@ import contextlib
 import sys
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import run_cli
-from nmt.config import merge_decoding, register_configs
+from nmt.config import register_configs
 from nmt.devices import select_device
 from nmt.translator import Translator, translate_stream
 
@@ -21,14 +20,13 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="../configs", config_name="translate")
 @run_cli
 def main(cfg: DictConfig) -> None:
-    overrides = list(HydraConfig.get().overrides.task)
     cfg = OmegaConf.to_object(cfg)
     translator = Translator.from_checkpoint(cfg.checkpoint, select_device(cfg.device))
-    cfg.decoding = merge_decoding(translator.cfg.decoding, overrides)
+    decoding = translator.decoding_with(cfg.decoding)
     with contextlib.ExitStack() as files:
-        source = files.enter_context(open(cfg.input, encoding="utf-8")) if cfg.input else sys.stdin
+        source = files.enter_context(open(cfg.input, "rb")) if cfg.input else sys.stdin.buffer
         target = files.enter_context(open(cfg.output, "w", encoding="utf-8")) if cfg.output else sys.stdout
-        translate_stream(translator, source, target, cfg.decoding, cfg.batch_sentences)
+        translate_stream(translator, source, target, decoding, cfg.batch_sentences, cfg.input or "stdin")
 
 
 if __name__ == "__main__":

@@ -9,11 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt.config import ToyDataConfig, TrainConfig, TransformerConfig, to_container
-from nmt.errors import NMTError
-from nmt.models import Transformer
-from nmt.training.average import average_checkpoints, last_checkpoints
-from nmt.training.checkpoint import (
+from nmt.checkpoint import (
     FORMAT_VERSION,
     atomic_save,
     load_checkpoint,
@@ -21,6 +17,10 @@ from nmt.training.checkpoint import (
     prune_step_checkpoints,
     step_checkpoints,
 )
+from nmt.config import ToyDataConfig, TrainConfig, TransformerConfig, to_container
+from nmt.errors import NMTError
+from nmt.models import Transformer
+from nmt.training.average import average_checkpoints, last_checkpoints
 
 TINY = TransformerConfig(d_model=16, ff_dim=32, heads=2, encoder_layers=1, decoder_layers=1, max_positions=32)
 VOCAB = 40

@@ -1,12 +1,22 @@
 """Config composition: typos and wrong types fail at composition time, naming the key."""
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 
-from nmt.config import register_configs
+from nmt.config import (
+    DecodingConfig,
+    DecodingOverrides,
+    check_train_config,
+    merge_decoding,
+    register_configs,
+)
+from nmt.errors import NMTError
+from nmt.training.loop import is_better
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -40,3 +50,60 @@ def test_toy_experiment_selects_toy_data_and_a_small_vocabulary():
     cfg = compose_train("experiment=toy")
     assert cfg.data.source == "toy" and cfg.data.src_lang == "src"
     assert cfg.tokenizer.vocab_size <= 300
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trainer.valid_every=0", "trainer.valid_every=0: must be > 0"),
+        ("trainer.log_every=-5", "trainer.log_every=-5: must be > 0"),
+        ("trainer.max_tokens=0", "trainer.max_tokens=0: must be > 0"),
+        ("trainer.best_metric=BLEU", "trainer.best_metric=BLEU: must be one of bleu, chrf, loss, ppl"),
+        ("trainer.precision=fp64", "trainer.precision=fp64: must be one of auto"),
+        ("trainer.average_window=0", "trainer.average_window=0.0: must be in (0, 1]"),
+        ("decoding.beam_size=0", "decoding.beam_size=0: must be > 0"),
+        ("decoding.nbest=6", "decoding.nbest=6 exceeds decoding.beam_size=5"),
+        ("optim.label_smoothing=1.0", "optim.label_smoothing=1.0: must be in [0, 1)"),
+        ("model.dropout=-0.1", "model.dropout=-0.1: must be in [0, 1)"),
+    ],
+)
+def test_values_that_cannot_work_are_refused_naming_the_key(override, message):
+    cfg = OmegaConf.to_object(compose_train("experiment=toy", override))
+    with pytest.raises(NMTError) as e:
+        check_train_config(cfg)
+    assert str(e.value).startswith(message)
+
+
+def test_every_preset_passes_the_checks():
+    for preset in sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml")):
+        check_train_config(OmegaConf.to_object(compose_train(f"experiment={preset}")))
+
+
+@pytest.mark.parametrize(
+    ("metric", "better", "worse"), [("bleu", 30, 20), ("chrf", 60, 50), ("loss", 2.0, 3.0), ("ppl", 8, 20)]
+)
+def test_best_checkpoint_follows_the_metric_direction(metric, better, worse):
+    assert is_better(better, worse, metric) and not is_better(worse, better, metric)
+    assert is_better(worse, None, metric)
+
+
+def test_decoding_overrides_mirror_the_decoding_config():
+    """evaluate/translate/plot_attention can override every decoding setting, and only those."""
+    assert [f.name for f in fields(DecodingOverrides)] == [f.name for f in fields(DecodingConfig)]
+    assert all(getattr(DecodingOverrides(), f.name) is None for f in fields(DecodingOverrides))
+
+
+def test_only_the_given_decoding_overrides_replace_the_checkpoints_settings():
+    tuned = DecodingConfig(beam_size=5, alpha=2.0, max_len_b=7)
+    merged = merge_decoding(tuned, DecodingOverrides(alpha=0.6, no_unk=False))
+    assert merged == DecodingConfig(beam_size=5, alpha=0.6, max_len_b=7, no_unk=False)
+    assert merge_decoding(tuned, DecodingOverrides()) == tuned
+
+
+def test_evaluate_config_types_its_decoding_overrides():
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = OmegaConf.to_object(compose("evaluate", overrides=["checkpoint=x.pt", "decoding.alpha=1.5"]))
+        assert cfg.decoding == DecodingOverrides(alpha=1.5)
+        with pytest.raises(ConfigCompositionException):
+            compose("evaluate", overrides=["checkpoint=x.pt", "decoding.beam_sise=3"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -26,7 +27,11 @@ from nmt.models.attention import DotProductAttention
 from nmt.training.loop import Run, set_up, train_step
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast needs a CUDA device")
+# `pytest -m cuda` (scripts/gpu_check.sh) runs these on a GPU; elsewhere they skip.
+needs_cuda = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 
 def toy_config(cache_dir: Path, *overrides: str) -> TrainConfig:
@@ -63,7 +68,7 @@ def train_a_few_steps(cfg: TrainConfig, run_dir: Path, steps: int = 3) -> tuple[
     split, losses = run.data.splits["train"], []
     for indices in itertools.islice(run.sampler, steps):
         batch = collate(split, indices, cfg.model.max_positions).to(run.device)
-        stats = train_step(run, [batch], votes=[False, False])
+        stats = train_step(run, [batch])
         run.progress.step += 1
         losses.append(float(stats["loss_sum"]) / stats["tokens"])
     run.monitor.close({})
@@ -77,7 +82,13 @@ def assert_trained_finite(run: Run, losses: list[float]) -> None:
 
 
 @pytest.mark.parametrize(
-    "precision, device", [("fp32", "cpu"), ("bf16", "cpu"), pytest.param("fp16", "cuda", marks=needs_cuda)]
+    "precision, device",
+    [
+        ("fp32", "cpu"),
+        ("bf16", "cpu"),
+        pytest.param("bf16", "cuda", marks=needs_cuda),
+        pytest.param("fp16", "cuda", marks=needs_cuda),
+    ],
 )
 def test_training_steps_are_finite(precision: str, device: str, cache_dir: Path, tmp_path: Path):
     cfg = toy_config(cache_dir, f"trainer.precision={precision}", f"trainer.device={device}")
@@ -134,3 +145,53 @@ def test_compiled_training_then_decoding(cache_dir: Path, tmp_path: Path):
         decoding = type(cfg.decoding)(**{**vars(cfg.decoding), "beam_size": beam, "max_len_b": 5})
         hyps = translate_ids(run.model, sources, decoding, run.device, cfg.model.max_positions)
         assert len(hyps) == len(sources) and all(len(h) == 1 for h in hyps)
+
+
+# ------------------------------------------------------------------------------ precision=auto
+@pytest.fixture
+def cpu_bf16(monkeypatch):
+    """Pretend the CPU does (True) or does not (False) compute bf16 natively."""
+
+    def set_native(native: bool) -> None:
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+
+    return set_native
+
+
+@pytest.mark.parametrize(("native", "expected"), [(True, "bf16"), (False, "fp32")])
+def test_auto_picks_bf16_only_on_a_cpu_with_native_bf16(cpu_bf16, native, expected):
+    cpu_bf16(native)
+    precision, why = resolve_precision("auto", torch.device("cpu"))
+    assert precision == expected
+    assert ("natively" in why) == native and why.startswith("auto")
+
+
+def test_amx_counts_as_native_bf16(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert resolve_precision("auto", torch.device("cpu"))[0] == "bf16"
+
+
+def test_explicit_bf16_without_native_support_runs_but_warns_with_the_slowdown(cpu_bf16, caplog):
+    cpu_bf16(False)
+    assert resolve_precision("bf16", torch.device("cpu"))[0] == "bf16"
+    warning = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "slower than fp32 here" in warning and "trainer.precision=fp32" in warning
+
+
+def test_explicit_bf16_on_a_native_cpu_does_not_warn(cpu_bf16, caplog):
+    cpu_bf16(True)
+    assert resolve_precision("bf16", torch.device("cpu")) == ("bf16", "set by trainer.precision")
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_no_preset_hard_codes_a_precision():
+    """Presets say auto, so one preset is fast on AVX2 and AVX-512-bf16 CPUs (and GPUs) alike."""
+    presets = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
+    assert "multi30k_cpu" in presets
+    for name in presets:
+        assert not re.search(r"^\s*precision:", (CONFIGS / "experiment" / f"{name}.yaml").read_text(), re.M)
+        register_configs()
+        with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+            assert compose("train", overrides=[f"experiment={name}"]).trainer.precision == "auto"

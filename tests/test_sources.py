@@ -97,13 +97,80 @@ def parquet_dataset(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def test_hf_source_on_local_parquet_streams_train_size(parquet_dataset):
+def test_hf_source_on_local_parquet_draws_train_size_pairs(parquet_dataset):
     cfg = HFDataConfig(path="parquet", data_files=str(parquet_dataset / "{split}.parquet"), train_size=4)
     corpus = load_source(cfg)
-    assert corpus["train"]["en"] == [f"train sentence {i}" for i in range(4)]
-    assert corpus["train"]["de"] == [f"train satz {i}" for i in range(4)]
+    assert len(corpus["train"]["en"]) == 4 and len(set(corpus["train"]["en"])) == 4
+    for en, de in zip(corpus["train"]["en"], corpus["train"]["de"]):  # still pairs
+        assert en.replace("sentence", "satz") == de
     assert corpus["valid"]["de"] == ["validation satz 0", "validation satz 1"]
     assert corpus["test"]["en"] == [f"test sentence {i}" for i in range(3)]
+
+
+# Laid out like the hub's wmt/wmt14 de-en training split: shards written corpus after corpus.
+WMT_SHARDS = {"europarl": 1200, "commoncrawl": 1500, "newscommentary": 300}
+ROW_GROUP = 50
+
+
+@pytest.fixture
+def wmt_like(tmp_path, monkeypatch) -> Path:
+    """Three training shards (one corpus each, in row groups of 50), plus validation and test."""
+    datasets = pytest.importorskip("datasets")
+    pq = pytest.importorskip("pyarrow.parquet")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+    for i, (corpus, n) in enumerate(WMT_SHARDS.items()):
+        rows = [{"de": f"{corpus} satz {j}", "en": f"{corpus} sentence {j}"} for j in range(n)]
+        table = datasets.Dataset.from_dict({"translation": rows}).data.table
+        pq.write_table(table, tmp_path / f"train-{i:05d}-of-00003.parquet", row_group_size=ROW_GROUP)
+    for split in ("validation", "test"):
+        rows = [{"de": f"{split} satz", "en": f"{split} sentence"}]
+        datasets.Dataset.from_dict({"translation": rows}).to_parquet(
+            tmp_path / f"{split}-00000-of-00001.parquet"
+        )
+    return tmp_path
+
+
+def wmt_subset(folder: Path, size: int, seed: int = 1) -> list[str]:
+    cfg = HFDataConfig(
+        path="parquet", data_files=str(folder / "{split}-*.parquet"), train_size=size, seed=seed
+    )
+    return load_hf(cfg)["train"]["en"]
+
+
+def test_wmt_subset_draws_from_every_corpus_in_proportion(wmt_like):
+    subset = wmt_subset(wmt_like, 300)
+    counts = {corpus: sum(s.startswith(corpus) for s in subset) for corpus in WMT_SHARDS}
+    assert counts == {"europarl": 120, "commoncrawl": 150, "newscommentary": 30}  # 300 * size / 3000
+    assert len(set(subset)) == 300
+    europarl = sorted(int(s.split()[-1]) for s in subset if s.startswith("europarl"))
+    assert europarl[-1] >= 100  # not just the first rows of the shard
+
+
+def test_wmt_subset_is_fixed_by_the_seed(wmt_like):
+    assert wmt_subset(wmt_like, 200, seed=1) == wmt_subset(wmt_like, 200, seed=1)
+    assert set(wmt_subset(wmt_like, 200, seed=1)) != set(wmt_subset(wmt_like, 200, seed=2))
+
+
+def test_wmt_subset_reads_only_the_row_groups_it_needs(wmt_like, monkeypatch):
+    """Memory (from the hub: download) stays near train_size rows: one row group more per shard at most."""
+    import pyarrow.parquet as pq
+
+    read = []
+    original = pq.ParquetFile.read_row_groups
+
+    def counting(self, row_groups, *args, **kwargs):
+        table = original(self, row_groups, *args, **kwargs)
+        read.append(table.num_rows)
+        return table
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", counting)
+    wmt_subset(wmt_like, 300)
+    assert len(read) == 3 and sum(read) <= 300 + 3 * ROW_GROUP
+
+
+def test_wmt_subset_larger_than_the_corpus_is_all_of_it(wmt_like):
+    subset = wmt_subset(wmt_like, 10**6)
+    assert len(subset) == len(set(subset)) == sum(WMT_SHARDS.values())
 
 
 def test_hf_missing_language_is_explained(parquet_dataset):
@@ -126,7 +193,8 @@ def test_hub_failure_suggests_local_data(monkeypatch):
         raise ConnectionError("no route to huggingface.co")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(NMTError, match=r"wmt/wmt14 \(de-en\).*no route.*data=local"):
+    monkeypatch.setattr(datasets, "load_dataset_builder", offline)
+    with pytest.raises(NMTError, match=r"wmt/wmt14 \(de-en\).*no route.*experiment=multi30k_cpu.*data=local"):
         load_hf(HFDataConfig())
 
 

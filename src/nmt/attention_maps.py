@@ -11,7 +11,7 @@ import torch
 from matplotlib.figure import Figure
 
 from nmt.config import DecodingConfig
-from nmt.decoding import pad_batch, translate_ids
+from nmt.decoding import pad_batch
 from nmt.errors import NMTError
 from nmt.models.base import Seq2Seq
 from nmt.plotting import attention_figure
@@ -33,10 +33,9 @@ def plot_attention_for_text(
     src_ids = translator.encode([text])[0]
     if not src_ids:
         raise NMTError("text is empty: nothing to translate")
-    model, tok = translator.model, translator.tokenizer
-    max_positions = translator.cfg.model.max_positions
-    hyp = translate_ids(model, [src_ids], decoding, translator.device, max_positions)[0][0].tokens
-    return attention_map(model, tok, src_ids, hyp, layer, heads), tok.decode_tgt([hyp])[0]
+    hyp = translator.search([src_ids], decoding)[0][0].tokens
+    tok = translator.tokenizer
+    return attention_map(translator.model, tok, src_ids, hyp, layer, heads), tok.decode_tgt([hyp])[0]
 
 
 @torch.no_grad()

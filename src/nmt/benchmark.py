@@ -55,6 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.config import BenchConfig, TrainConfig, TransformerConfig, to_container
 from nmt.data import Batch, collate
 from nmt.decoding import translate_ids
@@ -63,7 +64,6 @@ from nmt.errors import NMTError
 from nmt.models import Seq2Seq, Transformer, count_parameters
 from nmt.models.transformer import sinusoidal_table
 from nmt.tokenizer import PAD_ID
-from nmt.training.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.training.loop import Run, make_optimizer, set_up, train_step
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def run_benchmark(cfg: TrainConfig, bench: BenchConfig, run_dir: Path) -> dict[s
     with tempfile.TemporaryDirectory() as scratch:  # set_up's TensorBoard writer is of no use here
         run = set_up(cfg, Path(scratch))
         run.monitor.close({})
-    extra = [resolve_precision(p, run.device) for p in bench.precisions]
+    extra = [resolve_precision(p, run.device)[0] for p in bench.precisions]
     precisions = list(dict.fromkeys([run.precision, *extra]))  # the run's own first
     results: dict[str, Any] = {
         "command": " ".join(sys.argv),
@@ -346,7 +346,7 @@ def measure_training(
 
     def project_step(batch: Batch, precision: str, scaler: torch.amp.GradScaler) -> None:
         run.precision, run.scaler = precision, scaler
-        train_step(run, [batch], votes=[False, False])
+        train_step(run, [batch])
         run.progress.step += 1  # as train() does: the learning rate follows the schedule
 
     def reference_step(batch: Batch, precision: str, scaler: torch.amp.GradScaler) -> None:

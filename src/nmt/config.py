@@ -8,11 +8,16 @@ schemas stored below (``defaults: [local_schema]``), so the subclass decides whi
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
+
+from nmt.errors import NMTError
 
 # ---------------------------------------------------------------------------------------------- data
 
@@ -38,14 +43,16 @@ class DataConfig:
 
 @dataclass
 class HFDataConfig(DataConfig):
-    """WMT through Hugging Face ``datasets``; the training subset is streamed, never fully downloaded."""
+    """WMT through Hugging Face ``datasets``: a training subset drawn from every training file in
+    proportion (only the parquet row groups it needs are read), the whole valid and test sets."""
 
     source: str = "hf"
     name: str = "wmt14_de_en"
     path: str = "wmt/wmt14"
     config_name: str = "de-en"
     data_files: str | None = None  # local parquet/json instead of the hub (tests, mirrors)
-    train_size: int = 200_000
+    train_size: int = 200_000  # pairs drawn from all of the training split; more than it has = all
+    seed: int = 1  # of the training subset
     train_split: str = "train"
     valid_split: str = "validation"  # newstest2013
     test_split: str = "test"  # newstest2014
@@ -153,22 +160,39 @@ class OptimConfig:
 
 
 @dataclass
+class DefaultBudgetConfig:
+    """The budget of a run that sets none of max_steps, max_epochs, max_minutes: every run ends."""
+
+    cpu_minutes: float = 60.0  # wall-clock minutes of training on a CPU
+    gpu_steps: int = 50_000  # updates on a GPU
+
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# Validation metrics that trainer.best_metric may name, and whether higher is better.
+HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False, "ppl": False}
+
+
+@dataclass
 class TrainerConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
-    precision: str = "auto"  # "auto" | "fp32" | "bf16" | "fp16"; auto = bf16/fp16 on GPU, fp32 on CPU
+    # "auto" | "fp32" | "bf16" | "fp16"; auto = bf16 (fp16 if unsupported) on GPU, bf16 on a CPU with
+    # native bf16 (avx512_bf16/AMX), else fp32
+    precision: str = "auto"
     compile: bool = False
     max_tokens: int = 4096  # padded source+target tokens per batch (per rank)
     accumulate: int = 1
     max_steps: int = 0  # optimizer updates; 0 = no limit
     max_epochs: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # wall-clock budget for training; 0 = no limit
+    default_budget: DefaultBudgetConfig = field(default_factory=DefaultBudgetConfig)
     log_every: int = 50
     valid_every: int = 1000
     valid_bleu_sentences: int = 500  # validation sentences decoded for BLEU; 0 = all
     valid_beam_size: int = 1
-    best_metric: str = "bleu"  # "bleu" | "chrf" | "loss"
+    best_metric: str = "bleu"  # "bleu" | "chrf" (higher is better) | "loss" | "ppl" (lower is better)
     patience: int = 0  # validations without improvement before stopping; 0 = never stop early
-    keep_checkpoints: int = 5  # step_N.pt written at each validation, the last K kept (for averaging)
+    keep_checkpoints: int = 5  # step_N.pt kept for averaging (written at validations and window marks)
+    average_window: float = 0.2  # share of the budget at whose end keep_checkpoints step_N.pt are spread
     resume: str | None = None  # "auto" (last.pt of this run dir) or a checkpoint path
     max_bad_steps: int = 20  # consecutive non-finite losses before giving up
     num_text_examples: int = 3  # validation triples written to TensorBoard
@@ -189,6 +213,28 @@ class DecodingConfig:
     no_unk: bool = False
     max_tokens: int = 8000  # source tokens per decoding batch (times beam size)
     cache: bool = True  # incremental decoding with a key/value cache
+
+
+@dataclass
+class DecodingOverrides:
+    """``decoding.*`` of evaluate, translate and plot_attention: None keeps the checkpoint's (tuned) value.
+
+    One field per DecodingConfig field (a test checks that they match).
+    """
+
+    beam_size: int | None = None
+    alpha: float | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
+    nbest: int | None = None
+    no_unk: bool | None = None
+    max_tokens: int | None = None
+    cache: bool | None = None
+
+
+def merge_decoding(base: DecodingConfig, overrides: DecodingOverrides) -> DecodingConfig:
+    """The checkpoint's decoding settings with the overrides that were given."""
+    return dataclasses.replace(base, **{k: v for k, v in vars(overrides).items() if v is not None})
 
 
 # --------------------------------------------------------------------------------------- the scripts
@@ -246,7 +292,7 @@ class EvalDataConfig:
 class EvaluateConfig:
     checkpoint: str = MISSING
     data: EvalDataConfig = field(default_factory=EvalDataConfig)
-    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
     eval: EvalFilesConfig = field(default_factory=EvalFilesConfig)
     device: str = "auto"
 
@@ -256,7 +302,7 @@ class TranslateConfig:
     checkpoint: str = MISSING
     input: str | None = None  # file; default stdin
     output: str | None = None  # file; default stdout
-    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
     batch_sentences: int = 64
     device: str = "auto"
 
@@ -265,8 +311,21 @@ class TranslateConfig:
 class AverageConfig:
     run_dir: str | None = None  # average the newest `last` step_N.pt of this run ...
     last: int = 5
+    window: float = 0.0  # > 0: only step_N.pt from the last `window` share of the run's steps
     inputs: list[str] = field(default_factory=list)  # ... or exactly these checkpoints
     output: str | None = None  # default: {run_dir}/checkpoints/averaged.pt
+
+
+@dataclass
+class SelectConfig:
+    """scripts/select_final.py: choose the final model of a run on the validation set, never on test."""
+
+    run_dir: str = MISSING
+    candidates: list[str] = field(default_factory=lambda: ["best.pt", "averaged.pt"])  # in checkpoints/
+    alphas: list[float] = field(default_factory=list)  # length penalties to try; [] = the checkpoint's
+    split: str = "valid"
+    output: str = "final.pt"  # written into checkpoints/
+    device: str = "auto"
 
 
 @dataclass
@@ -276,7 +335,7 @@ class PlotAttentionConfig:
     output: str = "attention.png"
     layer: int = -1  # decoder layer (Transformer); -1 = last
     heads: str = "mean"  # "mean" (one panel) or "all" (one panel per head)
-    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
     device: str = "auto"
 
 
@@ -301,6 +360,7 @@ def register_configs() -> None:
     cs.store(name="evaluate_schema", node=EvaluateConfig)
     cs.store(name="translate_schema", node=TranslateConfig)
     cs.store(name="average_schema", node=AverageConfig)
+    cs.store(name="select_schema", node=SelectConfig)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
     cs.store(name="plot_curves_schema", node=PlotCurvesConfig)
     # Merged before the `train` config it extends, whose root schema (TrainConfig) then stays the type.
@@ -333,9 +393,65 @@ def to_container(cfg: TrainConfig) -> dict:
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
 
 
-def merge_decoding(base: DecodingConfig, overrides: list[str]) -> DecodingConfig:
-    """The checkpoint's tuned decoding settings, with only the ``decoding.*`` keys given on the command line
-    replaced (the scripts' schema has already type-checked them)."""
-    given = [o.split("decoding.", 1)[1] for o in overrides if o.lstrip("+~").startswith("decoding.")]
-    merged = OmegaConf.merge(OmegaConf.structured(base), OmegaConf.from_dotlist(given))
-    return OmegaConf.to_object(merged)
+# --------------------------------------------------------------------------------- value checks
+# Values the type system lets through but that cannot work; checked before any data or model is made.
+Rule = tuple[Callable[[object], bool], str]
+POSITIVE: Rule = (lambda v: v > 0, "must be > 0")
+NON_NEGATIVE: Rule = (lambda v: v >= 0, "must be >= 0")
+PROBABILITY: Rule = (lambda v: 0 <= v < 1, "must be in [0, 1)")
+SHARE: Rule = (lambda v: 0 < v <= 1, "must be in (0, 1]")
+
+DECODING_RULES: dict[str, Rule] = {
+    "beam_size": POSITIVE,
+    "nbest": POSITIVE,
+    "max_tokens": POSITIVE,
+    "alpha": NON_NEGATIVE,
+    "max_len_a": NON_NEGATIVE,
+    "max_len_b": NON_NEGATIVE,
+}
+TRAIN_RULES: dict[str, Rule] = {
+    "trainer.precision": (lambda v: v in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}"),
+    "trainer.best_metric": (lambda v: v in HIGHER_IS_BETTER, f"must be one of {', '.join(HIGHER_IS_BETTER)}"),
+    **{f"trainer.{key}": POSITIVE for key in ("max_tokens", "accumulate", "log_every", "valid_every")},
+    "trainer.valid_beam_size": POSITIVE,
+    **{f"trainer.default_budget.{key}": POSITIVE for key in ("cpu_minutes", "gpu_steps")},
+    **{
+        f"trainer.{key}": NON_NEGATIVE
+        for key in ("max_steps", "max_epochs", "max_minutes", "patience", "keep_checkpoints")
+    },
+    **{
+        f"trainer.{key}": NON_NEGATIVE
+        for key in ("valid_bleu_sentences", "max_bad_steps", "num_text_examples")
+    },
+    "trainer.average_window": SHARE,
+    "optim.lr": POSITIVE,
+    **{f"optim.{key}": NON_NEGATIVE for key in ("warmup_steps", "clip_norm", "weight_decay")},
+    "optim.label_smoothing": PROBABILITY,
+    "tokenizer.vocab_size": POSITIVE,
+    "model.max_positions": (lambda v: v >= 2, "must be >= 2 (one token plus EOS)"),
+    **{f"model.{key}": PROBABILITY for key in ("dropout", "attention_dropout", "activation_dropout")},
+    **{f"decoding.{key}": rule for key, rule in DECODING_RULES.items()},
+}
+
+
+def check_values(cfg: object, rules: dict[str, Rule], prefix: str = "") -> None:
+    """Raise NMTError naming the first key whose value breaks its rule (keys a config lacks are skipped)."""
+    for key, (ok, what) in rules.items():
+        try:
+            value = functools.reduce(getattr, key.split("."), cfg)
+        except AttributeError:  # e.g. attention_dropout on RNNsearch
+            continue
+        if not ok(value):
+            raise NMTError(f"{prefix}{key}={value}: {what}")
+
+
+def check_decoding(cfg: DecodingConfig, prefix: str = "decoding.") -> None:
+    check_values(cfg, DECODING_RULES, prefix)
+    if cfg.nbest > cfg.beam_size:
+        raise NMTError(f"{prefix}nbest={cfg.nbest} exceeds {prefix}beam_size={cfg.beam_size}")
+
+
+def check_train_config(cfg: TrainConfig) -> None:
+    """Refuse, at start, settings that would fail or misbehave hours into training."""
+    check_values(cfg, TRAIN_RULES)
+    check_decoding(cfg.decoding)

@@ -10,12 +10,11 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-from nmt.config import EvaluateConfig, TrainConfig, merge_decoding
+from nmt.config import DecodingConfig, EvaluateConfig, TrainConfig
 from nmt.data import SPLITS, prepare_text, read_lines
-from nmt.decoding import translate_ids
 from nmt.devices import select_device
 from nmt.errors import NMTError
-from nmt.training.checkpoint import load_checkpoint, model_from_checkpoint
+from nmt.translator import Translator
 
 METRICS = {"bleu": BLEU, "chrf": CHRF, "ter": TER}
 
@@ -31,15 +30,19 @@ class Score:
         return asdict(self)
 
 
+def check_metrics(metrics: Sequence[str]) -> None:
+    unknown = sorted(set(metrics) - set(METRICS))
+    if unknown:
+        raise NMTError(f"eval.metrics: unknown {unknown}; choose from {sorted(METRICS)}")
+
+
 def corpus_scores(
     hyps: Sequence[str], refs: Sequence[str], metrics: Sequence[str] = ("bleu", "chrf")
 ) -> dict[str, Score]:
     """Corpus-level scores with sacrebleu's defaults (the same numbers as the ``sacrebleu`` CLI)."""
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
-    unknown = set(metrics) - set(METRICS)
-    if unknown:
-        raise NMTError(f"eval.metrics: unknown {sorted(unknown)}; choose from {sorted(METRICS)}")
+    check_metrics(metrics)
     scores = {}
     for name in metrics:
         metric = METRICS[name]()
@@ -53,52 +56,70 @@ def format_scores(scores: dict[str, Score]) -> str:
 
 
 # ------------------------------------------------------------------------------- checkpoint evaluation
-def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path, overrides: list[str] = ()) -> dict:
-    """Decode a split (or ``eval.src``) with a checkpoint, score against the raw references, write
-    the hypotheses and a JSON report; returns the report.
+@dataclass
+class EvalReport:
+    """What ``scripts/evaluate.py`` prints and writes (``report`` is the JSON file of ``as_dict``)."""
 
-    Decoding uses the checkpoint's ``decoding`` settings (tuned with the experiment), except the
-    ``decoding.*`` keys among the command-line ``overrides``.
+    checkpoint: str
+    test_set: str
+    sentences: int
+    scores: dict[str, Score]
+    decoding: DecodingConfig
+    hypotheses: str
+    report: str
+    elapsed_s: float
+    sentences_per_s: float
+    tokens_per_s: float
+    device: str
+    step: int | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
+    """Translate a split (or ``eval.src``) with a checkpoint, score against the raw references, write
+    the hypotheses and a JSON report.
+
+    Decoding uses the checkpoint's ``decoding`` settings (tuned with the experiment), except those
+    that ``cfg.decoding`` sets. Empty source lines get empty hypotheses, as in ``translate.py``.
     """
+    check_metrics(cfg.eval.metrics)  # a typo must not cost a whole decode
     device = select_device(cfg.device)
-    ckpt = load_checkpoint(cfg.checkpoint)
-    model, tokenizer, train_cfg = model_from_checkpoint(ckpt, device)
-    cfg.decoding = merge_decoding(train_cfg.decoding, list(overrides))
-    sources, refs, test_name = evaluation_text(cfg, train_cfg)
+    translator = Translator.from_checkpoint(cfg.checkpoint, device)
+    decoding = translator.decoding_with(cfg.decoding)
+    sources, refs, test_name = evaluation_text(cfg, translator.cfg)
     started = time.perf_counter()
-    src_ids = tokenizer.encode_src(sources)
-    hyps = translate_ids(model, src_ids, cfg.decoding, device, train_cfg.model.max_positions, progress=True)
-    hyp_text = tokenizer.decode_tgt([h[0].tokens for h in hyps])
+    hyps = translator.hypotheses(sources, decoding, progress=True)
+    hyp_text = translator.best(hyps)
     elapsed = time.perf_counter() - started
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
 
-    stem = f"{Path(cfg.checkpoint).stem}.{test_name}.beam{cfg.decoding.beam_size}"
+    stem = f"{Path(cfg.checkpoint).stem}.{test_name}.beam{decoding.beam_size}"
     hyp_path = Path(cfg.eval.out) if cfg.eval.out else out_dir / f"{stem}.hyp"
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in hyp_text), encoding="utf-8")
-    if cfg.decoding.nbest > 1:
-        nbest = tokenizer.decode_tgt([h.tokens for hs in hyps for h in hs])
+    if decoding.nbest > 1:
+        nbest = translator.tokenizer.decode_tgt([h.tokens for hs in hyps for h in hs])
         (hyp_path.with_suffix(".nbest")).write_text("".join(h + "\n" for h in nbest), encoding="utf-8")
-    out_tokens = sum(len(h[0].tokens) + 1 for h in hyps)
-    report = {
-        "checkpoint": str(Path(cfg.checkpoint).resolve()),
-        "test_set": test_name,
-        "sentences": len(sources),
-        "scores": {name: s.as_dict() for name, s in scores.items()},
-        "decoding": asdict(cfg.decoding),
-        "hypotheses": str(hyp_path),
-        "elapsed_s": round(elapsed, 3),
-        "sentences_per_s": round(len(sources) / elapsed, 2),
-        "tokens_per_s": round(out_tokens / elapsed, 1),
-        "device": str(device),
-        "step": ckpt.get("progress", {}).get("step"),
-    }
-    report_path = hyp_path.with_suffix(".json")
-    report_path.write_text(json.dumps(report, indent=2) + "\n")
-    report["report"] = str(report_path)
-    report["score_objects"] = scores
+    out_tokens = sum(len(h[0].tokens) + 1 for h in hyps if h)
+    report = EvalReport(
+        checkpoint=str(Path(cfg.checkpoint).resolve()),
+        test_set=test_name,
+        sentences=len(sources),
+        scores=scores,
+        decoding=decoding,
+        hypotheses=str(hyp_path),
+        report=str(hyp_path.with_suffix(".json")),
+        elapsed_s=round(elapsed, 3),
+        sentences_per_s=round(len(sources) / elapsed, 2),
+        tokens_per_s=round(out_tokens / elapsed, 1),
+        device=str(device),
+        step=translator.step,
+    )
+    Path(report.report).write_text(json.dumps(report.as_dict(), indent=2) + "\n")
     if cfg.eval.tb_dir:
-        log_scores_to_tensorboard(Path(cfg.eval.tb_dir), test_name, scores, report["step"] or 0)
+        log_scores_to_tensorboard(Path(cfg.eval.tb_dir), test_name, scores, report.step or 0)
     return report
 
 

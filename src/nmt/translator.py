@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
-from typing import TextIO
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO, TextIO
 
 import torch
 
-from nmt.config import DecodingConfig, TrainConfig
+from nmt.checkpoint import load_checkpoint, model_from_checkpoint
+from nmt.config import DecodingConfig, DecodingOverrides, TrainConfig, check_decoding, merge_decoding
 from nmt.decoding import Hypothesis, translate_ids
+from nmt.errors import NMTError
 from nmt.models import Seq2Seq
 from nmt.tokenizer import Tokenizer
-from nmt.training.checkpoint import load_checkpoint, model_from_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -21,14 +22,29 @@ log = logging.getLogger(__name__)
 class Translator:
     """Everything needed to translate, rebuilt from one checkpoint file."""
 
-    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, cfg: TrainConfig, device: torch.device):
+    def __init__(
+        self,
+        model: Seq2Seq,
+        tokenizer: Tokenizer,
+        cfg: TrainConfig,
+        device: torch.device,
+        step: int | None = None,
+    ):
         self.model, self.tokenizer, self.cfg, self.device = model, tokenizer, cfg, device
+        self.step = step  # training updates behind the weights, when known
         self.max_source = cfg.model.max_positions - 1  # room for EOS
 
     @classmethod
     def from_checkpoint(cls, path: str, device: torch.device) -> Translator:
-        model, tokenizer, cfg = model_from_checkpoint(load_checkpoint(path), device)
-        return cls(model, tokenizer, cfg, device)
+        ckpt = load_checkpoint(path)
+        model, tokenizer, cfg = model_from_checkpoint(ckpt, device)
+        return cls(model, tokenizer, cfg, device, ckpt.get("progress", {}).get("step"))
+
+    def decoding_with(self, overrides: DecodingOverrides) -> DecodingConfig:
+        """The checkpoint's (tuned) decoding settings, with what ``overrides`` sets; checked."""
+        decoding = merge_decoding(self.cfg.decoding, overrides)
+        check_decoding(decoding)
+        return decoding
 
     def encode(self, lines: Sequence[str], first_line: int = 1) -> list[list[int]]:
         """Source ids, truncated (with a warning naming the input line) to what the model can take."""
@@ -46,11 +62,16 @@ class Translator:
     def hypotheses(
         self, lines: Sequence[str], decoding: DecodingConfig, progress: bool = False, first_line: int = 1
     ) -> list[list[Hypothesis]]:
-        """n-best lists for non-empty lines; an empty line gets an empty hypothesis list.
-        ``first_line`` is the input line number of ``lines[0]``, for warnings."""
-        ids = self.encode(lines, first_line)
+        """n-best lists of every line (an empty line gets an empty list). ``first_line`` is the input
+        line number of ``lines[0]``, for warnings."""
+        return self.search(self.encode(lines, first_line), decoding, progress)
+
+    def search(
+        self, ids: Sequence[Sequence[int]], decoding: DecodingConfig, progress: bool = False
+    ) -> list[list[Hypothesis]]:
+        """n-best lists of encoded sources (from :meth:`encode`); an empty source gets an empty list."""
         todo = [i for i, seq in enumerate(ids) if seq]
-        out: list[list[Hypothesis]] = [[] for _ in lines]
+        out: list[list[Hypothesis]] = [[] for _ in ids]
         results = translate_ids(
             self.model,
             [ids[i] for i in todo],
@@ -67,20 +88,28 @@ class Translator:
         self, lines: Sequence[str], decoding: DecodingConfig, progress: bool = False, first_line: int = 1
     ) -> list[str]:
         """Best translation of every line; empty lines stay empty."""
-        hyps = self.hypotheses(lines, decoding, progress, first_line)
+        return self.best(self.hypotheses(lines, decoding, progress, first_line))
+
+    def best(self, hyps: list[list[Hypothesis]]) -> list[str]:
+        """The text of each n-best list's first hypothesis ("" for an empty list: an empty line)."""
         return self.tokenizer.decode_tgt([h[0].tokens if h else [] for h in hyps])
 
 
 def translate_stream(
-    translator: Translator, source: TextIO, target: TextIO, decoding: DecodingConfig, batch_sentences: int
+    translator: Translator,
+    source: BinaryIO,
+    target: TextIO,
+    decoding: DecodingConfig,
+    batch_sentences: int,
+    name: str = "stdin",
 ) -> None:
-    """Translate ``source`` line by line to ``target``: one line at a time when interactive, batches
-    of ``batch_sentences`` otherwise, flushing after each."""
+    """Translate ``source`` (bytes, UTF-8, called ``name`` in errors) line by line to ``target``: one
+    line at a time when interactive, batches of ``batch_sentences`` otherwise, flushing after each."""
     interactive = source.isatty()
     size = 1 if interactive else max(1, batch_sentences)
     batch: list[str] = []
     done = 0  # lines written so far: warnings name input lines, not lines of the batch
-    for line in _lines(source, interactive):
+    for line in _lines(source, interactive, name):
         batch.append(line)
         if len(batch) >= size:
             _write(target, translator.translate(batch, decoding, first_line=done + 1))
@@ -89,14 +118,22 @@ def translate_stream(
         _write(target, translator.translate(batch, decoding, first_line=done + 1))
 
 
-def _lines(source: TextIO, interactive: bool):
+def _lines(source: BinaryIO, interactive: bool, name: str) -> Iterator[str]:
+    """Decoded lines; invalid UTF-8 is an error naming the line (SentencePiece would fail obscurely)."""
+    number = 0
     while True:
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)
-        line = source.readline()
-        if not line:
+        raw = source.readline()
+        if not raw:
             return
-        yield line.rstrip("\n")
+        number += 1
+        try:
+            yield raw.decode("utf-8").rstrip("\n")
+        except UnicodeDecodeError as e:
+            raise NMTError(
+                f"{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start} of the line)"
+            ) from None
 
 
 def _write(target: TextIO, lines: list[str]) -> None:

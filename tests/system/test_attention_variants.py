@@ -15,11 +15,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.config import DecodingConfig, TrainConfig, register_configs
 from nmt.data import prepare_corpus
 from nmt.decoding import beam_search, greedy_search, pad_batch
 from nmt.plotting import PNG_DPI, attention_figure_size
-from nmt.training.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.training.loop import train
 
 pytestmark = pytest.mark.slow

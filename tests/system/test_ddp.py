@@ -21,9 +21,9 @@ import torch.multiprocessing as mp
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from nmt.checkpoint import load_checkpoint
 from nmt.config import TrainConfig, register_configs
 from nmt.data import collate, prepare_corpus
-from nmt.training.checkpoint import load_checkpoint
 from nmt.training.loop import set_up, train_step
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def one_update(cfg: TrainConfig, run_dir: Path, micro: list[list[int]]) -> tuple
     run.optimizer = torch.optim.SGD(run.model.parameters(), lr=cfg.optim.lr)
     split = run.data.splits["train"]
     batches = [collate(split, idx, cfg.model.max_positions) for idx in micro]
-    stats = train_step(run, batches, votes=[False, False])
+    stats = train_step(run, batches)
     return {k: v.detach().clone() for k, v in run.model.state_dict().items()}, stats["all_tokens"]
 
 
@@ -141,7 +141,10 @@ def test_torchrun_trains_checkpoints_once_and_resumes(cache_dir: Path, tmp_path:
     assert "2 rank(s)" in first
     assert first.count("stopped after 4 steps") == 1  # rank 0 alone logs ...
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "last.pt", "step_4.pt"]
-    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"]["step"] == 4
+    first_state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert first_state["progress"]["step"] == 4
+    rng = first_state["rng"]  # each rank's own random state (seeded with seed + rank: own dropout masks)
+    assert len(rng) == 2 and not torch.equal(rng[0]["torch"], rng[1]["torch"])
 
     second = torchrun_train(
         run_dir, cache_dir, "trainer.max_steps=6", "trainer.valid_every=6", "trainer.resume=auto"

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from nmt.checkpoint import load_checkpoint
 from nmt.config import EvalFilesConfig, EvaluateConfig
 from nmt.data import prepare_text
 from nmt.errors import NMTError
 from nmt.evaluation import corpus_scores, evaluate_checkpoint
-from nmt.training.checkpoint import load_checkpoint
 from nmt.translator import Translator
 
 pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -66,26 +69,54 @@ def test_evaluate_script_scores_like_the_sacrebleu_cli(toy, toy_run, text, tmp_p
     assert f"BLEU = {cli['BLEU']['score']:.2f}" in proc.stdout
 
 
+def on_files(toy_run, stem: Path, sources: list[str], refs: list[str]) -> EvaluateConfig:
+    """An evaluation of the toy model on these lines, written to ``stem.src`` and ``stem.ref``."""
+    for suffix, text in ((".src", sources), (".ref", refs)):
+        stem.with_suffix(suffix).write_text("\n".join(text) + "\n", encoding="utf-8")
+    files = EvalFilesConfig(src=str(stem.with_suffix(".src")), ref=str(stem.with_suffix(".ref")))
+    return EvaluateConfig(checkpoint=str(toy_run.checkpoints / "last.pt"), eval=files, device="cpu")
+
+
 def test_evaluate_on_local_files(toy_run, text, tmp_path):
     sources, refs = lines(text / "test.src")[:30], lines(text / "test.tgt")[:30]
-    (tmp_path / "mini.src").write_text("\n".join(sources) + "\n", encoding="utf-8")
-    (tmp_path / "mini.ref").write_text("\n".join(refs) + "\n", encoding="utf-8")
-    cfg = EvaluateConfig(
-        checkpoint=str(toy_run.checkpoints / "last.pt"),
-        eval=EvalFilesConfig(src=str(tmp_path / "mini.src"), ref=str(tmp_path / "mini.ref")),
-        device="cpu",
-    )
+    cfg = on_files(toy_run, tmp_path / "mini", sources, refs)
     report = evaluate_checkpoint(cfg, tmp_path / "eval")
-    hyps = lines(Path(report["hypotheses"]))
-    assert Path(report["hypotheses"]).parent == tmp_path / "eval"
-    assert report["test_set"] == "mini" and report["sentences"] == len(hyps) == 30
-    assert report["scores"]["bleu"]["score"] == corpus_scores(hyps, refs)["bleu"].score > 80
-    assert json.loads(Path(report["report"]).read_text())["scores"] == report["scores"]
+    hyps = lines(Path(report.hypotheses))
+    assert Path(report.hypotheses).parent == tmp_path / "eval"
+    assert report.test_set == "mini" and report.sentences == len(hyps) == 30
+    assert report.scores["bleu"].score == corpus_scores(hyps, refs)["bleu"].score > 80
+    assert json.loads(Path(report.report).read_text())["scores"] == report.as_dict()["scores"]
 
     (tmp_path / "short.ref").write_text("\n".join(refs[:-1]) + "\n", encoding="utf-8")
     cfg.eval.ref = str(tmp_path / "short.ref")
     with pytest.raises(NMTError, match="line counts differ"):
         evaluate_checkpoint(cfg, tmp_path / "eval")
+
+
+def test_evaluate_keeps_empty_lines_and_warns_on_truncation(toy_run, text, tmp_path, caplog):
+    """Evaluation goes through the Translator: an empty source gets an empty hypothesis (the line is
+    scored, as by the sacrebleu CLI), and an over-long source is truncated with a warning."""
+    sources, refs = lines(text / "test.src")[:6], lines(text / "test.tgt")[:6]
+    sources[2], refs[2] = "", ""
+    sources[4] = " ".join([sources[4]] * 40)  # far beyond the toy model's 64 positions
+    cfg = on_files(toy_run, tmp_path / "e", sources, refs)
+    report = evaluate_checkpoint(cfg, tmp_path / "eval")
+    hyps = Path(report.hypotheses).read_text(encoding="utf-8").split("\n")
+    assert report.sentences == 6 and len(hyps) == 7 and hyps[-1] == ""
+    assert hyps[2] == "" and all(hyps[i] for i in (0, 1, 3, 4, 5))
+    assert any("line 5:" in r.getMessage() and "truncated" in r.getMessage() for r in caplog.records)
+
+
+def test_evaluate_refuses_unknown_metrics_before_decoding(toy_run, monkeypatch):
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before checking eval.metrics")
+
+    monkeypatch.setattr(Translator, "hypotheses", no_decoding)
+    cfg = EvaluateConfig(
+        checkpoint=str(toy_run.checkpoints / "last.pt"), eval=EvalFilesConfig(metrics=["bleu", "BLEU"])
+    )
+    with pytest.raises(NMTError, match=r"eval.metrics: unknown \['BLEU'\]"):
+        evaluate_checkpoint(cfg, Path("unused"))
 
 
 # --------------------------------------------------------------------------------------- translate
@@ -160,3 +191,71 @@ def test_average_checkpoints_script_writes_a_checkpoint_that_evaluates(toy, toy_
         assert report["sentences"] == 200 and report["scores"]["bleu"]["score"] > 85
     finally:
         output.unlink(missing_ok=True)  # leave the shared run as the other tests expect it
+
+
+# ---------------------------------------------------------------------------- the final model
+
+
+def test_final_model_is_chosen_on_valid_and_beats_or_equals_best(toy, toy_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(toy_run.checkpoints, run / "checkpoints")
+    proc = toy.script("average_checkpoints.py", f"run_dir={run}", "last=5", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    proc = toy.script("select_final.py", f"run_dir={run}", "alphas=[0.6,1.0]", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "final model:" in proc.stdout and "(valid)" in proc.stdout
+
+    report = json.loads((run / "eval" / "final_choice.json").read_text())
+    candidates = report["candidates"]
+    assert [(Path(c["checkpoint"]).name, c["alpha"]) for c in candidates] == [
+        ("best.pt", 0.6),
+        ("best.pt", 1.0),
+        ("averaged.pt", 0.6),
+        ("averaged.pt", 1.0),
+    ]
+    assert report["chosen"]["bleu"] == max(c["bleu"] for c in candidates)
+    assert report["chosen"]["bleu"] >= max(
+        c["bleu"] for c in candidates if c["checkpoint"].endswith("best.pt")
+    )
+    final = load_checkpoint(run / "checkpoints" / "final.pt")
+    assert final["config"]["decoding"]["alpha"] == report["chosen"]["alpha"]
+
+
+# ------------------------------------------------------------------------------ invalid input
+
+
+def test_translate_refuses_invalid_utf8_naming_the_line(toy, toy_run, tmp_path):
+    checkpoint = f"checkpoint={toy_run.checkpoints / 'last.pt'}"
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"ka lo\n\xff\xfe broken\n")
+    proc = toy.script("translate.py", checkpoint, f"input={source}", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(
+        f"error: {source}:2: invalid UTF-8"
+    )
+    piped = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "translate.py"), checkpoint],
+        input=source.read_bytes(),
+        capture_output=True,
+        cwd=tmp_path,
+        env=toy.env(),
+        timeout=300,
+    )
+    assert piped.returncode == 1
+    assert piped.stderr.decode().strip().splitlines()[-1].startswith("error: stdin:2: invalid UTF-8")
+    assert b"Traceback" not in piped.stderr
+
+
+def test_evaluate_refuses_invalid_utf8_references_naming_the_line(toy, toy_run, text, tmp_path):
+    refs = tmp_path / "refs.tgt"
+    refs.write_bytes(b"fine\n\xc3\n")
+    srcs = tmp_path / "srcs.src"
+    srcs.write_text("a\nb\n")
+    proc = toy.script(
+        "evaluate.py",
+        f"checkpoint={toy_run.checkpoints / 'last.pt'}",
+        f"eval.src={srcs}",
+        f"eval.ref={refs}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1 and f"error: {refs}:2: invalid UTF-8" in proc.stderr
+    assert "Traceback" not in proc.stderr

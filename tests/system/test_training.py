@@ -17,9 +17,9 @@ import pytest
 import torch
 
 import nmt.training.loop as loop
+from nmt.checkpoint import load_checkpoint
 from nmt.data import prepare_text
 from nmt.errors import NMTError
-from nmt.training.checkpoint import load_checkpoint
 from nmt.translator import Translator
 
 pytestmark = pytest.mark.slow
@@ -63,7 +63,8 @@ def test_the_toy_task_is_learned(toy_run):
     assert toy_run.final["bleu"] > 90 and toy_run.final["chrf"] > 90, history
     assert history[1]["loss"] < history[0]["loss"] and history[1]["bleu"] > history[0]["bleu"]
     names = sorted(p.name for p in toy_run.checkpoints.iterdir())
-    assert names == ["best.pt", "last.pt", "step_1000.pt", "step_500.pt"]
+    # keep_checkpoints=5 step checkpoints, spread over the last average_window=0.2 of the 1000 steps
+    assert names == ["best.pt", "last.pt", *(f"step_{s}.pt" for s in (1000, 840, 880, 920, 960))]
     assert list((toy_run.run_dir / "tb").glob("events.out.tfevents.*"))
 
 
@@ -103,12 +104,17 @@ def test_resuming_in_a_new_process_continues_exactly(toy, straight, tmp_path):
 
     expected = load_checkpoint(straight.checkpoints / "last.pt")
     resumed = load_checkpoint(run_dir / "checkpoints" / "last.pt")
-    assert resumed["progress"] == expected["progress"]  # step, epoch, validation history, best, ...
+    # step, epoch, validation history, best, ...: all but the wall-clock time
+    assert without_time(resumed["progress"]) == without_time(expected["progress"])
     assert resumed["sampler"] == expected["sampler"]
     assert weights_equal(resumed["model"], expected["model"])
     assert nested_equal(resumed["optimizer"], expected["optimizer"])
     assert nested_equal(resumed["rng"], expected["rng"])
     assert expected["progress"]["epoch"] >= 1  # the resumed part crossed into the next epoch
+
+
+def without_time(progress: dict) -> dict:
+    return {k: v for k, v in progress.items() if k != "elapsed_s"}
 
 
 @pytest.mark.parametrize("limit", ["max_steps", "max_epochs"])
@@ -270,13 +276,13 @@ def test_non_finite_weights_are_never_checkpointed(toy, tmp_path, monkeypatch):
     """Should a NaN update get through anyway, saving refuses and the last good checkpoint stays."""
     nan_loss_on(monkeypatch, lambda call: call == 7)
     monkeypatch.setattr(loop.torch.nn.utils, "clip_grad_norm_", lambda params, max_norm: torch.tensor(1.0))
-    with pytest.raises(
-        NMTError, match="step 10: model weights are not finite; refusing to write a checkpoint"
+    with pytest.raises(  # step 9: the first averaging checkpoint of the last 20 % of 10 steps
+        NMTError, match="step 9: model weights are not finite; refusing to write a checkpoint"
     ):
         toy.train(tmp_path, *toy.short, "trainer.max_steps=10", "trainer.valid_every=5")
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert ckpt["progress"]["step"] == 5 and all_finite(ckpt["model"])
-    assert not (tmp_path / "checkpoints" / "step_10.pt").exists()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["best.pt", "last.pt", "step_5.pt"]
 
 
 # ------------------------------------------------------------------------------------- bad configs
@@ -296,3 +302,25 @@ def test_bad_overrides_fail_at_start_naming_the_key(toy, tmp_path, override, nam
     assert all(word in proc.stderr for word in named), proc.stderr
     assert not (tmp_path / "run").exists()  # nothing started
     assert time.monotonic() - started < 120
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trainer.valid_every=0", "error: trainer.valid_every=0: must be > 0"),
+        ("trainer.best_metric=BLEU", "error: trainer.best_metric=BLEU: must be one of bleu, chrf, loss, ppl"),
+    ],
+)
+def test_values_that_cannot_work_fail_at_start_in_one_line(toy, tmp_path, override, message):
+    proc = toy.script("train.py", *toy.overrides(override, f"hydra.run.dir={tmp_path / 'run'}"), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [message]  # no traceback
+    assert not (tmp_path / "run" / "checkpoints").exists()  # before any data or model was made
+
+
+def test_step_checkpoints_for_averaging_cover_the_end_of_a_short_run(toy, tmp_path):
+    """Few validations (one, at the end): the averaging checkpoints still come from the last 20 %."""
+    run = toy.train(tmp_path, *toy.short, "trainer.max_steps=50", "trainer.valid_every=1000")
+    steps = sorted(int(p.stem.split("_")[1]) for p in run.checkpoints.glob("step_*.pt"))
+    assert steps == [42, 44, 46, 48, 50]
+    assert len(load_checkpoint(run.checkpoints / "last.pt")["progress"]["history"]) == 1

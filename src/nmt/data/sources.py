@@ -6,10 +6,13 @@ both languages, so the rest of the pipeline does not care where the text came fr
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm import tqdm
 
 from nmt.config import DataConfig, HFDataConfig, LocalDataConfig, ToyDataConfig
@@ -91,47 +94,119 @@ def read_lines(path: Path) -> list[str]:
 
 
 def load_hf(cfg: HFDataConfig, progress: bool = False) -> RawCorpus:
-    """Stream the first ``train_size`` training pairs; valid/test are small and loaded whole.
+    """A training subset of ``train_size`` pairs drawn from all training files (see
+    :func:`sample_parquet`); valid/test are small and loaded whole.
 
     With ``data_files`` set, ``path`` names a datasets builder ("parquet", "json", ...) and
     ``data_files`` a file path or glob containing ``{split}``, filled in with the split names.
     """
-    splits = {"train": cfg.train_split, "valid": cfg.valid_split, "test": cfg.test_split}
-    corpus: RawCorpus = {}
-    for split, hf_split in splits.items():
-        rows = _hf_rows(cfg, hf_split, streaming=split == "train")
-        if split == "train":
-            rows = tqdm(
-                rows, total=cfg.train_size, desc="streaming train", unit=" pairs", disable=not progress
-            )
-        corpus[split] = _hf_columns(cfg, hf_split, rows)
+    files = _hf_data_files(cfg, cfg.train_split)
+    if not all(f.endswith(".parquet") for f in files):
+        raise NMTError(
+            f"{cfg.path}: the training files must be parquet to draw data.train_size pairs from all of them, "
+            f"got {files[:3]}"
+        )
+    rows = sample_parquet(files, cfg.train_size, cfg.seed)
+    rows = tqdm(rows, total=cfg.train_size, desc="sampling train", unit=" pairs", disable=not progress)
+    corpus = {"train": _hf_columns(cfg, cfg.train_split, rows)}
+    for split, hf_split in (("valid", cfg.valid_split), ("test", cfg.test_split)):
+        corpus[split] = _hf_columns(cfg, hf_split, _hf_rows(cfg, hf_split))
     return corpus
 
 
-def _hf_rows(cfg: HFDataConfig, hf_split: str, streaming: bool):
+def sample_parquet(files: list[str], n: int, seed: int) -> Iterator[dict]:
+    """``n`` rows drawn from all ``files`` in proportion to their sizes, deterministic for ``seed``.
+
+    WMT14's training split is written corpus after corpus (Europarl, then CommonCrawl, then News
+    Commentary), so its first rows are one corpus only. Here each file gets its share of ``n``; from
+    each file, row groups are read in a seeded random order until they hold that share, and the share is
+    drawn from them. Only those row groups are read (from the hub: downloaded), so memory and traffic
+    stay near ``n`` rows, not the 4.5M of the whole split. ``n`` >= the total means every row.
+    """
+    import fsspec  # comes with datasets
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    with contextlib.ExitStack() as stack:
+        parquet = [pq.ParquetFile(stack.enter_context(fsspec.open(f, "rb"))) for f in files]
+        quotas = _proportional([p.metadata.num_rows for p in parquet], n)
+        for pf, quota in zip(parquet, quotas):
+            if quota == 0:
+                continue
+            groups, rows = [], 0
+            for g in rng.permutation(pf.metadata.num_row_groups).tolist():
+                groups.append(g)
+                rows += pf.metadata.row_group(g).num_rows
+                if rows >= quota:
+                    break
+            table = pf.read_row_groups(sorted(groups))
+            yield from table.take(np.sort(rng.choice(table.num_rows, quota, replace=False))).to_pylist()
+
+
+def _proportional(sizes: list[int], n: int) -> list[int]:
+    """Split ``n`` over parts of these sizes in proportion (largest remainders), none above its size."""
+    total = sum(sizes)
+    if n >= total:
+        return list(sizes)
+    exact = [n * size / total for size in sizes]
+    quotas = [int(x) for x in exact]
+    by_remainder = sorted(range(len(sizes)), key=lambda i: quotas[i] - exact[i])
+    for i in by_remainder[: n - sum(quotas)]:
+        quotas[i] += 1
+    return quotas
+
+
+def _hf_data_files(cfg: HFDataConfig, hf_split: str) -> list[str]:
+    """The files behind a split (hub URLs or local paths), resolved by ``datasets`` as it would load them."""
     import datasets  # slow to import; only this source needs it
 
-    what = f"{cfg.path} ({cfg.config_name}), split {hf_split!r}"
-    kwargs: dict[str, Any] = {"split": hf_split, "streaming": streaming}
-    if cfg.data_files:
-        if "{split}" not in cfg.data_files:
-            raise NMTError(f"data.data_files={cfg.data_files!r} must contain '{{split}}'")
-        kwargs["data_files"] = {hf_split: cfg.data_files.replace("{split}", hf_split)}
-        what = f"{cfg.path} files {kwargs['data_files'][hf_split]}"
-    else:
-        kwargs["name"] = cfg.config_name
+    quiet_hub()
+    what, kwargs = _hf_where(cfg, hf_split)
     try:
-        rows = datasets.load_dataset(cfg.path, **kwargs)
-        return rows.take(cfg.train_size) if streaming else rows
+        builder = datasets.load_dataset_builder(cfg.path, **kwargs)
+        return [str(f) for f in builder.config.data_files[hf_split]]
     except Exception as e:  # network, hub and file errors all come as different types
         raise NMTError(
             f"could not load Hugging Face dataset {what}: {type(e).__name__}: {e}; {_hint(cfg)}"
         ) from None
 
 
+def _hf_where(cfg: HFDataConfig, hf_split: str) -> tuple[str, dict[str, Any]]:
+    """A description of the split's origin, and the ``datasets`` arguments that name it."""
+    if cfg.data_files:
+        if "{split}" not in cfg.data_files:
+            raise NMTError(f"data.data_files={cfg.data_files!r} must contain '{{split}}'")
+        files = cfg.data_files.replace("{split}", hf_split)
+        return f"{cfg.path} files {files}", {"data_files": {hf_split: files}}
+    return f"{cfg.path} ({cfg.config_name}), split {hf_split!r}", {"name": cfg.config_name}
+
+
+def _hf_rows(cfg: HFDataConfig, hf_split: str):
+    import datasets  # slow to import; only this source needs it
+
+    quiet_hub()
+    what, kwargs = _hf_where(cfg, hf_split)
+    try:
+        return datasets.load_dataset(cfg.path, split=hf_split, **kwargs)
+    except Exception as e:  # network, hub and file errors all come as different types
+        raise NMTError(
+            f"could not load Hugging Face dataset {what}: {type(e).__name__}: {e}; {_hint(cfg)}"
+        ) from None
+
+
+def quiet_hub() -> None:
+    """No retry chatter from the hub client: a failure is reported once, as an NMTError."""
+    import huggingface_hub
+
+    huggingface_hub.utils.logging.set_verbosity_error()
+
+
 def _hint(cfg: HFDataConfig) -> str:
+    if cfg.data_files:
+        return "check data.data_files"
     return (
-        "check data.data_files" if cfg.data_files else "without internet access use data=local data.dir=..."
+        "without internet access use the offline presets, experiment=multi30k_cpu or "
+        "experiment=wmt14_subset_cpu, or your own files with data=local data.dir=..."
     )
 
 

@@ -1,1 +1,1 @@
-"""Training: the loop, the schedule, the loss, checkpoints, TensorBoard, distributed set-up."""
+"""Training: the loop, its budget, the schedule, the loss, averaging, TensorBoard, distributed set-up."""

@@ -5,16 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nmt.checkpoint import checkpoint_step, load_checkpoint, step_checkpoints
 from nmt.errors import NMTError
-from nmt.training.checkpoint import load_checkpoint, step_checkpoints
 
 
-def last_checkpoints(run_dir: Path, count: int) -> list[Path]:
-    """The newest ``count`` step_N.pt of a run (or of its checkpoints/ folder)."""
+def last_checkpoints(run_dir: Path, count: int, window: float = 0.0) -> list[Path]:
+    """The newest ``count`` step_N.pt of a run (or of its checkpoints/ folder); with ``window`` > 0 only
+    those from the last ``window`` share of the run's steps (0.2: steps >= 80 % of the newest one)."""
     folder = run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir
     found = step_checkpoints(folder)
     if not found:
         raise NMTError(f"no step_N.pt checkpoints in {folder}")
+    if window > 0:
+        newest = checkpoint_step(found[-1])
+        found = [p for p in found if checkpoint_step(p) >= (1 - window) * newest]
     return found[-count:]
 
 

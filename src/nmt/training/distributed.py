@@ -40,6 +40,15 @@ def all_reduce_sum(values: torch.Tensor, ctx: Dist) -> torch.Tensor:
     return values
 
 
+def all_gather_object(obj, ctx: Dist) -> list:
+    """Every rank's ``obj``, in rank order, on every rank (e.g. random states for the checkpoint)."""
+    if not ctx.enabled:
+        return [obj]
+    out = [None] * ctx.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def broadcast_object(obj, ctx: Dist):
     """Rank 0's value of ``obj`` on every rank (stop decisions, validation results)."""
     if not ctx.enabled:

@@ -7,6 +7,7 @@ of target tokens (over all ranks), so accumulation and DDP give the same gradien
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import random
@@ -22,7 +23,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from nmt.config import TrainConfig, to_container
+from nmt import checkpoint as ckpt_io
+from nmt.config import HIGHER_IS_BETTER, TrainConfig, check_train_config, to_container
 from nmt.data import Batch, PreparedData, TokenBatchSampler, collate, prepare_corpus
 from nmt.decoding import translate_ids
 from nmt.devices import autocast, resolve_precision, select_device
@@ -30,8 +32,15 @@ from nmt.errors import NMTError
 from nmt.evaluation import corpus_scores
 from nmt.models import Seq2Seq, build_model, count_parameters
 from nmt.tokenizer import PAD_ID
-from nmt.training import checkpoint as ckpt_io
-from nmt.training.distributed import Dist, all_reduce_sum, broadcast_object, cleanup, init_distributed
+from nmt.training.budget import Budget, BudgetBar, averaging_marks
+from nmt.training.distributed import (
+    Dist,
+    all_gather_object,
+    all_reduce_sum,
+    broadcast_object,
+    cleanup,
+    init_distributed,
+)
 from nmt.training.loss import label_smoothed_nll
 from nmt.training.monitor import Monitor
 from nmt.training.schedule import learning_rate
@@ -49,6 +58,7 @@ class Progress:
     bad_validations: int = 0
     bad_steps: int = 0
     skipped_steps: int = 0
+    elapsed_s: float = 0.0  # training time so far, over all sessions of a resumed run (the time budget)
     history: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -69,37 +79,52 @@ class Run:
     precision: str
     ckpt_dir: Path
     progress: Progress
+    budget: Budget
+
+    def minutes(self, since: float) -> float:
+        """Training minutes so far: earlier sessions' plus this one's (started at ``since``)."""
+        return (self.progress.elapsed_s + time.monotonic() - since) / 60
+
+    def budget_fraction(self, minutes: float, steps: int) -> float:
+        """How much of the budget is spent after ``steps`` updates and ``minutes``."""
+        epochs = self.progress.epoch + self.sampler.position / max(len(self.sampler), 1)
+        return self.budget.fraction(steps, epochs, minutes)
 
 
 def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, float]:
     """Train ``cfg.model`` on ``cfg.data``; checkpoints and TensorBoard logs go to ``run_dir``."""
     run = set_up(cfg, run_dir)
     stop = GracefulStop()
-    index_lists = endless_batches(run.sampler, run.progress, cfg)
+    index_lists = endless_batches(run.sampler, run.progress, run.budget)
     train_split = run.data.splits["train"]
     started, window, reason = time.monotonic(), Window(), ""
     validated_at = run.progress.history[-1]["step"] if run.progress.history else -1
-    if cfg.trainer.max_steps and run.progress.step >= cfg.trainer.max_steps:  # a finished run, resumed
-        reason = f"max_steps={cfg.trainer.max_steps} reached"
-    bar = tqdm(
-        total=cfg.trainer.max_steps or None,
-        initial=run.progress.step,
-        desc="train",
-        unit="step",
-        disable=not (run.ctx.is_main and cfg.trainer.progress),
-        dynamic_ncols=True,
+    if run.budget.max_steps and run.progress.step >= run.budget.max_steps:  # a finished run, resumed
+        reason = f"max_steps={run.budget.max_steps} reached"
+    # Step checkpoints for averaging, evenly spread over the end of the budget (see training/budget.py).
+    marks = averaging_marks(cfg.trainer.average_window, cfg.trainer.keep_checkpoints)
+    marks = [m for m in marks if m > run.budget_fraction(run.minutes(started), run.progress.step)]
+    bar = BudgetBar(
+        run.budget, run.progress.step, run.minutes(started), run.ctx.is_main and cfg.trainer.progress
     )
     try:
         while not reason:
             micro = [next(index_lists) for _ in range(cfg.trainer.accumulate)]
             if None in micro:
-                reason = f"max_epochs={cfg.trainer.max_epochs} reached"
+                reason = f"max_epochs={run.budget.max_epochs} reached"
                 break
-            out_of_time = 0 < cfg.trainer.max_minutes < (time.monotonic() - started) / 60
+            minutes = run.minutes(started)
+            flags = {
+                "stop": stop.requested,
+                "out_of_time": 0 < run.budget.max_minutes < minutes,
+                # the fraction once this step is done: the checkpoint is written after it
+                "checkpoint": bool(marks) and run.budget_fraction(minutes, run.progress.step + 1) >= marks[0],
+            }
             batches = [collate(train_split, idx, cfg.model.max_positions).to(run.device) for idx in micro]
-            stats = train_step(run, batches, votes=[stop.requested, out_of_time])
+            stats = train_step(run, batches, flags)
             run.progress.step += 1
-            bar.update(1)
+            run.progress.elapsed_s = run.minutes(started) * 60
+            bar.update(run.progress.step, run.progress.elapsed_s / 60)
             window.add(stats)
             if run.progress.step % cfg.trainer.log_every == 0:
                 log_train(run, window.flush(), bar)
@@ -108,12 +133,16 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
                 validated_at = run.progress.step
                 if not validate_and_save(run):
                     reason = reason or f"early stopping: no improvement in {cfg.trainer.patience} validations"
+            elif stats["flags"]["checkpoint"] and reason != "interrupted":
+                save_checkpoints(run, improved=False, step_file=True)
+            if stats["flags"]["checkpoint"]:
+                fraction = run.budget_fraction(run.minutes(started), run.progress.step)
+                marks = [m for m in marks if m > fraction]
     finally:
         bar.close()
         stop.restore()
     if reason == "interrupted":  # save at once, without validating
-        if run.ctx.is_main:
-            save_checkpoints(run, improved=False, step_file=False)
+        save_checkpoints(run, improved=False, step_file=False)
     elif validated_at != run.progress.step and run.progress.step > 0:  # out of epochs between validations
         validate_and_save(run)
     if run.ctx.is_main:
@@ -134,6 +163,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
 def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     """Device, process group, seeds, data, model, optimizer, sampler; restored from a checkpoint
     when ``trainer.resume`` says so."""
+    check_train_config(cfg)
     device = select_device(cfg.trainer.device)
     ctx = init_distributed(device)
     if ctx.enabled and device.type == "cuda":
@@ -143,8 +173,10 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     data = prepare_on_main_first(cfg, ctx)
     tok = data.tokenizer
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).to(device)
+    seed_everything(rank_seed(cfg.seed, ctx.rank))  # same initial weights, different dropout per rank
     optimizer = make_optimizer(model, cfg)
-    precision = resolve_precision(cfg.trainer.precision, device)
+    precision, why = resolve_precision(cfg.trainer.precision, device)
+    budget = Budget.from_config(cfg.trainer, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     train_split = data.splits["train"]
     sampler = TokenBatchSampler(
@@ -160,16 +192,18 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     ckpt_dir = run_dir / "checkpoints"
     resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
     if resume_from is not None:
-        progress = restore(resume_from, model, optimizer, scaler, sampler)
+        progress = restore(resume_from, model, optimizer, scaler, sampler, ctx.rank)
         log.info("resumed from %s at step %d (epoch %d)", resume_from, progress.step, progress.epoch)
     if ctx.is_main:
         log.info(
-            "model: %s parameters; precision %s on %s; %d rank(s)",
+            "model: %s parameters on %s, %d rank(s); precision %s (%s)",
             f"{count_parameters(model):,}",
-            precision,
             device,
             ctx.world_size,
+            precision,
+            why,
         )
+        log.info("budget: %s", budget.describe())
         log.info(
             "effective batch: up to %d tokens per update (max_tokens %d x accumulate %d x %d ranks)",
             cfg.trainer.max_tokens * cfg.trainer.accumulate * ctx.world_size,
@@ -192,6 +226,7 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         precision,
         ckpt_dir,
         progress,
+        budget,
     )
 
 
@@ -200,6 +235,11 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """A well-mixed seed per (seed, rank), so that no two ranks share a dropout stream."""
+    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
 
 def prepare_on_main_first(cfg: TrainConfig, ctx: Dist) -> PreparedData:
@@ -259,20 +299,26 @@ def resume_path(resume: str | None, ckpt_dir: Path) -> Path | None:
     return path
 
 
-def restore(path: Path, model, optimizer, scaler, sampler) -> Progress:
+def restore(path: Path, model, optimizer, scaler, sampler, rank: int) -> Progress:
     state = ckpt_io.load_checkpoint(path)
     ckpt_io.load_model_state(model, state, where=f"trainer.resume={path}")
     optimizer.load_state_dict(state["optimizer"])
     scaler.load_state_dict(state["scaler"])
     sampler.load_state_dict(state["sampler"])
-    ckpt_io.set_rng_state(state["rng"])
+    rng = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]  # one per rank
+    if rank < len(rng):
+        ckpt_io.set_rng_state(rng[rank])
+    else:
+        log.warning(
+            "rank %d: no saved random state (the run had %d rank(s)); resuming anyway", rank, len(rng)
+        )
     return Progress(**state["progress"])
 
 
-def endless_batches(sampler: TokenBatchSampler, progress: Progress, cfg: TrainConfig):
+def endless_batches(sampler: TokenBatchSampler, progress: Progress, budget: Budget):
     """Index lists epoch after epoch (from the sampler's saved position); None after ``max_epochs``."""
     while True:
-        if cfg.trainer.max_epochs and progress.epoch >= cfg.trainer.max_epochs:  # also when resumed
+        if budget.max_epochs and progress.epoch >= budget.max_epochs:  # also when resumed
             while True:
                 yield None
         yield from sampler
@@ -281,17 +327,19 @@ def endless_batches(sampler: TokenBatchSampler, progress: Progress, cfg: TrainCo
 
 
 # -------------------------------------------------------------------------------------------- a step
-def train_step(run: Run, batches: list[Batch], votes: list[bool]) -> dict[str, Any]:
+def train_step(run: Run, batches: list[Batch], flags: dict[str, bool] | None = None) -> dict[str, Any]:
     """One optimizer update over the micro-batches; returns the step's statistics.
 
-    ``votes`` (stop requested, out of time) are summed over ranks with the token count, in one
-    collective, so every rank takes the same decision at the same step.
+    ``flags`` (e.g. stop requested, out of time) are or-ed over ranks together with the token count,
+    in one collective, so every rank takes the same decision at the same step: ``stats["flags"]``.
     """
     cfg, ctx, progress, optimizer, scaler = run.cfg, run.ctx, run.progress, run.optimizer, run.scaler
+    flags = flags or {}
     tokens = sum(b.tgt_tokens for b in batches)
     # On the model's device: NCCL (GPU) cannot reduce CPU tensors; on CPU this changes nothing.
-    counts = torch.tensor([float(tokens), *map(float, votes)], device=run.device)
-    total_tokens = all_reduce_sum(counts, ctx)[0].item()
+    counts = torch.tensor([float(tokens), *map(float, flags.values())], device=run.device)
+    counts = all_reduce_sum(counts, ctx).tolist()
+    total_tokens, agreed = counts[0], {name: n > 0 for name, n in zip(flags, counts[1:])}
     lr = learning_rate(progress.step + 1, cfg.optim)
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -300,9 +348,9 @@ def train_step(run: Run, batches: list[Batch], votes: list[bool]) -> dict[str, A
     for i, batch in enumerate(batches):
         sync = i == len(batches) - 1 or not ctx.enabled  # DDP: all-reduce gradients once per update
         with nullcontext() if sync else run.step_model.no_sync(), autocast(run.device, run.precision):
-            keep = batch.tgt_out.ne(PAD_ID)
-            logits = run.step_model(batch.src, batch.tgt_in, keep)
-            loss, nll = label_smoothed_nll(logits, batch.tgt_out[keep], cfg.optim.label_smoothing)
+            target_mask = batch.tgt_out.ne(PAD_ID)
+            logits = run.step_model(batch.src, batch.tgt_in, target_mask)
+            loss, nll = label_smoothed_nll(logits, batch.tgt_out[target_mask], cfg.optim.label_smoothing)
         # DDP averages gradients over ranks, hence world_size / (tokens of all ranks).
         scaler.scale(loss * ctx.world_size / total_tokens).backward()
         loss_sum += loss.detach()
@@ -325,8 +373,7 @@ def train_step(run: Run, batches: list[Batch], votes: list[bool]) -> dict[str, A
         "all_tokens": total_tokens,  # all ranks': the effective batch size of the update
         "lr": lr,
         "grad_norm": grad_norm,
-        "stop_signal": counts[1].item() > 0,
-        "out_of_time": counts[2].item() > 0,
+        "flags": agreed,
     }
 
 
@@ -349,16 +396,17 @@ def skip_update(progress: Progress, cfg: TrainConfig) -> None:
 
 def stop_reason(run: Run, stats: dict[str, Any]) -> str:
     """Why training stops after this step ("" = go on)."""
-    if stats["stop_signal"]:
+    flags, budget = stats["flags"], run.budget
+    if flags.get("stop"):
         return "interrupted"
-    if stats["out_of_time"]:
-        return f"time budget of trainer.max_minutes={run.cfg.trainer.max_minutes:g} reached"
-    if run.cfg.trainer.max_steps and run.progress.step >= run.cfg.trainer.max_steps:
-        return f"max_steps={run.cfg.trainer.max_steps} reached"
+    if flags.get("out_of_time"):
+        return f"time budget of {budget.max_minutes:g} minutes reached"
+    if budget.max_steps and run.progress.step >= budget.max_steps:
+        return f"max_steps={budget.max_steps} reached"
     return ""
 
 
-def log_train(run: Run, summary: dict[str, float], bar: tqdm) -> None:
+def log_train(run: Run, summary: dict[str, float], bar: BudgetBar) -> None:
     """TensorBoard scalars, plus the progress bar (or a log line when the bar is off, e.g. under nohup)."""
     run.monitor.train_scalars(summary, run.progress.step)
     text = {
@@ -367,7 +415,7 @@ def log_train(run: Run, summary: dict[str, float], bar: tqdm) -> None:
         "tok_s": f"{summary['tokens_per_s']:.0f}",
     }
     if run.cfg.trainer.progress:
-        bar.set_postfix(text)
+        bar.set_postfix(text, run.progress.step)
     elif run.ctx.is_main:
         log.info("step %d: %s", run.progress.step, " ".join(f"{k} {v}" for k, v in text.items()))
 
@@ -409,7 +457,7 @@ class Window:
 
 # ------------------------------------------------------------------------------------- validation
 @torch.no_grad()
-def validate(model: Seq2Seq, data: PreparedData, cfg: TrainConfig, device, precision) -> tuple[dict, list]:
+def validate(model: Seq2Seq, data: PreparedData, cfg: TrainConfig, device, precision) -> Validation:
     """Teacher-forced loss/perplexity on the whole valid split, greedy BLEU/chrF on its first sentences."""
     model.eval()
     split = data.splits["valid"]
@@ -418,9 +466,9 @@ def validate(model: Seq2Seq, data: PreparedData, cfg: TrainConfig, device, preci
     for idx in sampler:
         batch = collate(split, idx, cfg.model.max_positions).to(device)
         with autocast(device, precision):
-            keep = batch.tgt_out.ne(0)
-            logits = model(batch.src, batch.tgt_in, keep)
-        nll += label_smoothed_nll(logits, batch.tgt_out[keep], 0.0)[1].item()
+            target_mask = batch.tgt_out.ne(PAD_ID)
+            logits = model(batch.src, batch.tgt_in, target_mask)
+        nll += label_smoothed_nll(logits, batch.tgt_out[target_mask], 0.0)[1].item()
         tokens += batch.tgt_tokens
     n = (
         len(split)
@@ -428,9 +476,7 @@ def validate(model: Seq2Seq, data: PreparedData, cfg: TrainConfig, device, preci
         else min(len(split), cfg.trainer.valid_bleu_sentences)
     )
     sources = [split.src(i) for i in range(n)]
-    decoding = type(cfg.decoding)(
-        **{**vars(cfg.decoding), "beam_size": cfg.trainer.valid_beam_size, "nbest": 1}
-    )
+    decoding = dataclasses.replace(cfg.decoding, beam_size=cfg.trainer.valid_beam_size, nbest=1)
     with autocast(device, precision):
         hyps = translate_ids(model, sources, decoding, device, cfg.model.max_positions)
     hyp_text = data.tokenizer.decode_tgt([h[0].tokens for h in hyps])
@@ -443,22 +489,30 @@ def validate(model: Seq2Seq, data: PreparedData, cfg: TrainConfig, device, preci
         "bleu": scores["bleu"].score,
         "chrf": scores["chrf"].score,
     }
-    return metrics, list(zip(src_text, ref_text, hyp_text))
+    return Validation(metrics, list(zip(src_text, ref_text, hyp_text)), (sources[0], hyps[0][0].tokens))
+
+
+@dataclass
+class Validation:
+    metrics: dict[str, float]
+    examples: list[tuple[str, str, str]]  # (source, reference, hypothesis) of the decoded sentences
+    first: tuple[list[int], list[int]]  # source and hypothesis ids of the first one (attention image)
 
 
 def is_better(value: float, best: float | None, metric: str) -> bool:
     if best is None:
         return True
-    return value < best if metric == "loss" else value > best
+    return value > best if HIGHER_IS_BETTER[metric] else value < best
 
 
 def validate_and_save(run: Run) -> bool:
     """Validate, log and checkpoint on rank 0; False when early stopping says stop (all ranks agree)."""
     keep_going = True
     cfg, progress = run.cfg, run.progress
+    rng = all_gather_object(ckpt_io.rng_state(), run.ctx)
     if run.ctx.is_main:
-        metrics, examples = validate(run.model, run.data, cfg, run.device, run.precision)
-        metrics["step"] = progress.step
+        result = validate(run.model, run.data, cfg, run.device, run.precision)
+        metrics = {**result.metrics, "step": progress.step}
         progress.history.append(metrics)
         value = metrics[cfg.trainer.best_metric]
         improved = is_better(value, progress.best, cfg.trainer.best_metric)
@@ -466,7 +520,9 @@ def validate_and_save(run: Run) -> bool:
             progress.best, progress.bad_validations = value, 0
         else:
             progress.bad_validations += 1
-        run.monitor.validation(metrics, examples, progress.step, run.model, run.data, run.device)
+        run.monitor.validation(
+            metrics, result.examples, progress.step, run.model, run.data.tokenizer, result.first
+        )
         log.info(
             "step %d: valid loss %.3f ppl %.2f BLEU %.2f chrF %.2f%s",
             progress.step,
@@ -476,13 +532,20 @@ def validate_and_save(run: Run) -> bool:
             metrics["chrf"],
             " (best)" if improved else "",
         )
-        save_checkpoints(run, improved, step_file=True)
+        write_checkpoints(run, improved, step_file=True, rng=rng)
         keep_going = not (cfg.trainer.patience and progress.bad_validations >= cfg.trainer.patience)
     return bool(broadcast_object(keep_going, run.ctx))
 
 
 def save_checkpoints(run: Run, improved: bool, step_file: bool) -> None:
-    """``last.pt`` always, ``best.pt`` when improved, ``step_N.pt`` (last K kept) at validations."""
+    """Called on every rank (it gathers each rank's random state); rank 0 writes."""
+    rng = all_gather_object(ckpt_io.rng_state(), run.ctx)
+    if run.ctx.is_main:
+        write_checkpoints(run, improved, step_file, rng)
+
+
+def write_checkpoints(run: Run, improved: bool, step_file: bool, rng: list[dict]) -> None:
+    """``last.pt`` always, ``best.pt`` when improved, ``step_N.pt`` (last K kept) for averaging."""
     if not ckpt_io.all_finite(run.model):
         raise NMTError(
             f"step {run.progress.step}: model weights are not finite; refusing to write a checkpoint"
@@ -493,7 +556,7 @@ def save_checkpoints(run: Run, improved: bool, step_file: bool) -> None:
         "optimizer": run.optimizer.state_dict(),
         "scaler": run.scaler.state_dict(),
         "sampler": run.sampler.state_dict(),
-        "rng": ckpt_io.rng_state(),
+        "rng": rng,  # one per rank
         "progress": asdict(run.progress),
         "config": to_container(run.cfg),
         "tokenizer": run.data.tokenizer.state_dict(),

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from nmt.attention_maps import attention_map
 from nmt.config import TrainConfig, to_container
-from nmt.decoding import greedy_search, pad_batch
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, float | int | str | bool]:
@@ -38,7 +36,11 @@ class Monitor:
         for key, value in summary.items():
             self.writer.add_scalar(f"train/{key}", value, step)
 
-    def validation(self, metrics: dict, examples: list, step: int, model, data, device) -> None:
+    def validation(
+        self, metrics: dict, examples: list, step: int, model, tokenizer, first: tuple[list[int], list[int]]
+    ) -> None:
+        """Scalars, example translations and (from the validation's own decoding of its first sentence,
+        ``first`` = source and hypothesis ids) the cross-attention image."""
         cfg = self.cfg
         if self.writer is None:
             return
@@ -48,19 +50,9 @@ class Monitor:
         rows += [f"| {s} | {r} | {h} |" for s, r, h in examples[: cfg.trainer.num_text_examples]]
         self.writer.add_text("valid/examples", "\n".join(rows), step)
         if cfg.trainer.attention_image:
-            self.attention_image(model, data, step, device)
-
-    @torch.no_grad()
-    def attention_image(self, model, data, step: int, device) -> None:
-        """Last-layer cross-attention (mean over heads) of the first validation sentence, decoded greedily."""
-        cfg = self.cfg
-        src_ids = list(data.splits["valid"].src(0)[: cfg.model.max_positions - 1])
-        model.eval()
-        hyp = greedy_search(model, pad_batch([src_ids], device), _greedy(cfg), cfg.model.max_positions - 1)
-        self.writer.add_figure(
-            "valid/attention", attention_map(model, data.tokenizer, src_ids, hyp[0].tokens), step
-        )
-        model.train()
+            model.eval()
+            self.writer.add_figure("valid/attention", attention_map(model, tokenizer, *first), step)
+            model.train()
 
     def close(self, final: dict[str, float]) -> None:
         if self.writer is None:
@@ -69,7 +61,3 @@ class Monitor:
             metrics = {f"hparam/{k}": v for k, v in final.items() if k != "step"}
             self.writer.add_hparams(flatten(to_container(self.cfg)), metrics, run_name=".")
         self.writer.close()
-
-
-def _greedy(cfg: TrainConfig):
-    return type(cfg.decoding)(**{**vars(cfg.decoding), "beam_size": 1, "nbest": 1})

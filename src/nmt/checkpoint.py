@@ -115,12 +115,13 @@ def load_model_state(model: Seq2Seq, ckpt: dict[str, Any], where: str) -> None:
 
 def step_checkpoints(folder: Path) -> list[Path]:
     """``step_N.pt`` files of a run, oldest first."""
-    found = [
-        (int(m.group(1)), p)
-        for p in folder.glob("step_*.pt")
-        if (m := re.fullmatch(r"step_(\d+)\.pt", p.name))
-    ]
-    return [p for _, p in sorted(found)]
+    found = [p for p in folder.glob("step_*.pt") if re.fullmatch(r"step_\d+\.pt", p.name)]
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(path: Path) -> int:
+    """N of ``step_N.pt``."""
+    return int(path.stem.removeprefix("step_"))
 
 
 def prune_step_checkpoints(folder: Path, keep: int) -> None:

@@ -1,0 +1,93 @@
+"""How long a run trains, how far along it is, and when it writes the checkpoints that get averaged.
+
+Every run has a budget: the configured ``max_steps`` / ``max_epochs`` / ``max_minutes``, or, when none
+is set, ``trainer.default_budget`` for the device found (minutes on a CPU, updates on a GPU). The
+budget also places the step checkpoints for averaging: ``keep_checkpoints`` of them, evenly spaced
+over the last ``average_window`` of the run, so that the average covers the end of training on a
+fast machine and a slow one alike (a fixed step interval reaches back into early training when the
+machine makes few updates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from nmt.config import TrainerConfig
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_steps: int = 0  # 0 = no limit of this kind
+    max_epochs: int = 0
+    max_minutes: float = 0.0
+    source: str = "trainer.max_steps/max_epochs/max_minutes"
+
+    @classmethod
+    def from_config(cls, cfg: TrainerConfig, device: torch.device) -> Budget:
+        if cfg.max_steps or cfg.max_epochs or cfg.max_minutes:
+            return cls(cfg.max_steps, cfg.max_epochs, cfg.max_minutes)
+        if device.type == "cuda":
+            return cls(max_steps=cfg.default_budget.gpu_steps, source="trainer.default_budget.gpu_steps")
+        return cls(max_minutes=cfg.default_budget.cpu_minutes, source="trainer.default_budget.cpu_minutes")
+
+    def describe(self) -> str:
+        parts = [
+            f"{self.max_steps} updates" if self.max_steps else "",
+            f"{self.max_epochs} epochs" if self.max_epochs else "",
+            f"{self.max_minutes:g} minutes" if self.max_minutes else "",
+        ]
+        return f"{' or '.join(p for p in parts if p)}, whichever comes first ({self.source})"
+
+    def fraction(self, step: int, epochs: float, minutes: float) -> float:
+        """How much of the budget is spent: the largest share over its limits (1.0 = done)."""
+        shares = [
+            step / self.max_steps if self.max_steps else 0.0,
+            epochs / self.max_epochs if self.max_epochs else 0.0,
+            minutes / self.max_minutes if self.max_minutes else 0.0,
+        ]
+        return max(shares)
+
+
+def averaging_marks(window: float, count: int) -> list[float]:
+    """Budget fractions at which a step checkpoint is written: ``count`` marks ending at 1.0."""
+    if count <= 0 or window <= 0:
+        return []
+    return [round(1.0 - window + window * (i + 1) / count, 9) for i in range(count)]
+
+
+TIME_BAR = "{l_bar}{bar}| {n:.0f}/{total:.0f} s [{remaining} left{postfix}]"
+
+
+class BudgetBar:
+    """A progress bar against the budget: updates when there is a step limit, else minutes, with ETA."""
+
+    def __init__(self, budget: Budget, step: int, minutes: float, enabled: bool):
+        self.by_steps = bool(budget.max_steps)
+        if self.by_steps:
+            total, initial, unit = budget.max_steps, step, "step"
+        else:
+            total, initial, unit = budget.max_minutes * 60 or None, minutes * 60, "s"
+        self.bar = tqdm(
+            total=total,
+            initial=initial,
+            desc="train",
+            unit=unit,
+            disable=not enabled,
+            dynamic_ncols=True,
+            bar_format=None if self.by_steps else TIME_BAR,
+        )
+
+    def update(self, step: int, minutes: float) -> None:
+        if self.by_steps:
+            self.bar.update(step - self.bar.n)
+        else:
+            self.bar.update(minutes * 60 - self.bar.n)
+
+    def set_postfix(self, values: dict[str, str], step: int) -> None:
+        self.bar.set_postfix(values if self.by_steps else {"step": step, **values})
+
+    def close(self) -> None:
+        self.bar.close()
