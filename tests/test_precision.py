@@ -155,6 +155,7 @@ def cpu_bf16(monkeypatch):
     def set_native(native: bool) -> None:
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
 
     return set_native
 
@@ -170,7 +171,15 @@ def test_auto_picks_bf16_only_on_a_cpu_with_native_bf16(cpu_bf16, native, expect
 def test_amx_counts_as_native_bf16(monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     assert resolve_precision("auto", torch.device("cpu"))[0] == "bf16"
+
+
+def test_kernels_capped_at_avx2_count_as_no_native_bf16(cpu_bf16, monkeypatch):
+    """ATEN_CPU_CAPABILITY=avx2 on an AVX-512 BF16 CPU: PyTorch then emulates bf16, so fp32."""
+    cpu_bf16(True)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert resolve_precision("auto", torch.device("cpu"))[0] == "fp32"
 
 
 def test_explicit_bf16_without_native_support_runs_but_warns_with_the_slowdown(cpu_bf16, caplog):

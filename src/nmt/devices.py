@@ -31,8 +31,10 @@ def select_device(name: str) -> torch.device:
 
 
 def cpu_has_native_bf16() -> bool:
-    """True where the CPU has bf16 instructions (AVX-512 BF16 or AMX tiles)."""
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    """True where the CPU has bf16 instructions (AVX-512 BF16 or AMX tiles) and PyTorch uses its AVX-512
+    kernels (not capped with ``ATEN_CPU_CAPABILITY=avx2``, which also emulates bf16)."""
+    has_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return has_bf16 and torch.backends.cpu.get_cpu_capability() == "AVX512"
 
 
 def resolve_precision(name: str, device: torch.device) -> tuple[str, str]:

@@ -35,7 +35,21 @@ def lines(path: Path) -> list[str]:
 
 def sacrebleu_cli(ref: Path, hyp: Path) -> dict[str, dict]:
     proc = subprocess.run(
-        ["sacrebleu", str(ref), "-i", str(hyp), "-m", "bleu", "chrf", "-w", "4", "-f", "json"],
+        [
+            sys.executable,
+            "-m",
+            "sacrebleu",
+            str(ref),
+            "-i",
+            str(hyp),
+            "-m",
+            "bleu",
+            "chrf",
+            "-w",
+            "4",
+            "-f",
+            "json",
+        ],
         capture_output=True,
         text=True,
         check=True,
