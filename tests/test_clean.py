@@ -26,11 +26,13 @@ def test_train_split_counts_every_reason():
     assert tgt == ["x y", "u v w x", "x y"]
 
 
-def test_valid_and_test_only_lose_empty_pairs():
+def test_valid_and_test_are_kept_whole():
+    """Empty lines included: a test set is scored on all its lines, as the sacrebleu CLI does."""
     for split in ("valid", "test"):
         src, tgt, dropped = clean_pairs(*zip(*PAIRS, strict=True), CFG, split)
-        assert dropped == {"empty": 2, "too_short": 0, "too_long": 0, "ratio": 0}
-        assert len(src) == len(tgt) == len(PAIRS) - 2
+        assert dropped == {"empty": 0, "too_short": 0, "too_long": 0, "ratio": 0}
+        assert src == [s.strip().replace("\n", " ") for s, _ in PAIRS]
+        assert tgt == [t.strip() for _, t in PAIRS]
 
 
 def test_filters_are_symmetric():

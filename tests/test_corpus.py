@@ -82,7 +82,8 @@ def test_changed_settings_prepare_anew(tmp_path):
     assert other_tokenizer.root == first.root and other_tokenizer.tokenizer.src_vocab_size == 120
 
 
-def test_local_corpus_records_what_cleaning_dropped(tmp_path):
+def local_corpus(tmp_path: Path) -> LocalDataConfig:
+    """{train,valid,test}.{en,de} of 120/8/8 lines; a quarter of the pairs have an empty English side."""
     src_dir = tmp_path / "corpus"
     src_dir.mkdir()
     en = ["hello world", "", "a b c d e f g h i j", "good morning"] * 30
@@ -90,14 +91,31 @@ def test_local_corpus_records_what_cleaning_dropped(tmp_path):
     for split, n in (("train", 120), ("valid", 8), ("test", 8)):
         (src_dir / f"{split}.en").write_text("".join(f"{line}\n" for line in en[:n]), encoding="utf-8")
         (src_dir / f"{split}.de").write_text("".join(f"{line}\n" for line in de[:n]), encoding="utf-8")
-    cfg = LocalDataConfig(dir=str(src_dir), name="corpus", cache_dir=str(tmp_path / "cache"))
-    data = prepare_corpus(cfg, TokenizerConfig(vocab_size=40), progress=False)
-    assert data.summary["pairs"] == {"train": 60, "valid": 6, "test": 6}
+    return LocalDataConfig(dir=str(src_dir), name="corpus", cache_dir=str(tmp_path / "cache"))
+
+
+def test_local_corpus_records_what_cleaning_dropped(tmp_path):
+    data = prepare_corpus(local_corpus(tmp_path), TokenizerConfig(vocab_size=40), progress=False)
+    assert data.summary["pairs"] == {"train": 60, "valid": 8, "test": 8}  # valid/test kept whole
     assert data.summary["dropped"]["train"] == {"empty": 30, "too_short": 0, "too_long": 0, "ratio": 30}
+    assert sum(data.summary["dropped"]["test"].values()) == 0
+    assert data.raw("test")[0][1] == "" and len(data.splits["test"].src(1)) == 0
     meta = json.loads((data.root / "meta.json").read_text())
     assert meta["dropped"] == data.summary["dropped"]
     table = format_summary(data.summary)
     assert "train" in table and "60 (empty 30, ratio 30)" in table and "en -> de" in table
+
+
+def test_local_corpus_swapped_direction_reuses_the_cleaned_text(tmp_path, monkeypatch):
+    cfg = local_corpus(tmp_path)
+    forward = prepare_corpus(cfg, TokenizerConfig(vocab_size=40), progress=False)
+    forbid_rebuilding(monkeypatch)  # no re-reading, re-cleaning, re-training or re-encoding
+    backward = prepare_corpus(replace(cfg, src_lang="de", tgt_lang="en"), TokenizerConfig(vocab_size=40))
+    assert backward.root == forward.root
+    assert backward.raw("train") == tuple(reversed(forward.raw("train")))
+    assert backward.raw("test") == tuple(reversed(forward.raw("test")))
+    assert backward.splits["train"].src(3).tolist() == forward.splits["train"].tgt(3).tolist()
+    assert backward.summary["direction"] == ["de", "en"]
 
 
 def test_same_languages_are_refused(tmp_path):

@@ -148,6 +148,16 @@ def test_batched_decoding_equals_one_sentence_at_a_time(model, sources, beam_siz
     assert [[h.tokens for h in hs] for hs in small_batches] == [[h.tokens for h in hs] for hs in batched]
 
 
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_an_empty_source_translates_to_nothing(model, sources, beam_size):
+    """Not decoded from a lone EOS (the model never saw one): empty, as Translator.translate makes it."""
+    cfg = DecodingConfig(beam_size=beam_size, nbest=beam_size, alpha=0.6)
+    with_empty = translate_ids(model, [[], sources[0], [], sources[1]], cfg, "cpu", CFG.max_positions)
+    assert [[(h.tokens, h.score) for h in hs] for hs in with_empty[::2]] == [[([], 0.0)]] * 2
+    without = translate_ids(model, sources[:2], cfg, "cpu", CFG.max_positions)
+    assert [[h.tokens for h in hs] for hs in with_empty[1::2]] == [[h.tokens for h in hs] for hs in without]
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_nbest_lists_are_sorted_with_the_gnmt_length_penalty(model, src, alpha):
     k = 5
@@ -208,6 +218,54 @@ def test_larger_beams_find_at_least_the_greedy_model_score(model, src):
     assert improved > 0  # beam search actually found better hypotheses somewhere
 
 
+def tiny_random_model(vocab: int, seed: int) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(
+        d_model=16, ff_dim=32, heads=2, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=32
+    )
+    return Transformer(cfg, vocab, vocab, joint_vocab=True).eval()
+
+
+def test_a_finished_hypothesis_never_becomes_a_live_beam():
+    """The issue's reproduction: 3 usable tokens besides EOS, beam 4; EOS used to fill the 4th beam."""
+    cfg = DecodingConfig(beam_size=4, nbest=4, no_unk=True, alpha=0.0)
+    for seed in range(5):
+        model = tiny_random_model(7, seed)
+        (hyps,) = beam_search(model, pad_batch([[4, 5]], "cpu"), cfg, limit=31)
+        assert all(EOS_ID not in h.tokens for h in hyps), [h.tokens for h in hyps]
+
+
+@pytest.mark.parametrize("vocab", [5, 6, 7, 8])
+def test_beam_search_on_tiny_vocabularies_returns_proper_hypotheses(vocab):
+    """Property test over random models: however few tokens there are, every hypothesis is a real one."""
+    rng = torch.Generator().manual_seed(vocab)
+    for seed in range(3):
+        model = tiny_random_model(vocab, seed)
+        sources = [torch.randint(4, vocab, (n,), generator=rng).tolist() for n in (1, 2, 4)]
+        src = pad_batch(sources, "cpu")
+        for k, no_unk, alpha in [(2, True, 0.0), (4, True, 0.6), (5, False, 0.0), (3, False, 1.0)]:
+            cfg = DecodingConfig(beam_size=k, nbest=k, no_unk=no_unk, alpha=alpha, max_len_b=4)
+            for hyps, row in zip(beam_search(model, src, cfg, limit=31), src):
+                assert 1 <= len(hyps) <= k
+                assert len({tuple(h.tokens) for h in hyps}) == len(hyps)
+                assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+                budget = max(1, int(1.2 * int(row.ne(PAD_ID).sum()) + 4))
+                for h in hyps:
+                    banned = {PAD_ID, BOS_ID, EOS_ID} | ({UNK_ID} if no_unk else set())
+                    assert not banned & set(h.tokens) and len(h.tokens) <= budget, h.tokens
+                    assert math.isfinite(h.score)
+                    assert h.log_prob == pytest.approx(sequence_log_prob(model, row, h.tokens), abs=1e-4)
+
+
+def test_a_sentence_without_live_beams_is_done(model, src):
+    """When every extension ends, nothing is left to search: one step, not the whole length budget."""
+    only_eos = OnlyEos(model)
+    cfg = DecodingConfig(beam_size=4, nbest=4, max_len_b=20)
+    results = beam_search(only_eos, src, cfg, LIMIT)
+    assert [[h.tokens for h in hyps] for hyps in results] == [[[]]] * src.size(0)
+    assert only_eos.steps == 1
+
+
 # ----------------------------------------------------------------------------------- model wrappers
 
 
@@ -236,6 +294,18 @@ class AlwaysLonger(Wrapped):
     def adjust(self, log_probs):
         log_probs = log_probs.clone()
         log_probs[:, EOS_ID] = -30.0
+        return log_probs
+
+
+class OnlyEos(Wrapped):
+    """Can only end; counts its decoding steps."""
+
+    steps = 0
+
+    def adjust(self, log_probs):
+        self.steps += 1
+        log_probs = torch.full_like(log_probs, -math.inf)
+        log_probs[:, EOS_ID] = 0.0
         return log_probs
 
 

@@ -93,8 +93,11 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) ->
     """Batched beam search; returns the ``cfg.nbest`` best hypotheses per sentence, best first.
 
     Each step keeps the 2k best (beam, token) extensions of every sentence: the ones ending in EOS
-    among the top k are finished hypotheses, the first k others are the new beams. A sentence is done
-    when it has k finished hypotheses or reaches its length budget.
+    among the top k are finished hypotheses, the first k finite others are the new beams. A sentence
+    is done when it has k finished hypotheses, reaches its length budget or has no live beam left.
+
+    With a tiny vocabulary there may be fewer than k finite extensions that do not end: the missing
+    beams are dummies scored -inf, which can never finish, rather than extensions past an EOS.
     """
     k, batch, device = cfg.beam_size, src.size(0), src.device
     budget = max_lengths(src, cfg.max_len_a, cfg.max_len_b, limit)
@@ -127,16 +130,16 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) ->
                 lp = top_scores[i, j].item()
                 finished[sent].append(Hypothesis(prefix, lp / length_penalty(len(prefix) + 1, cfg.alpha), lp))
 
-        # New beams: the first k candidates that do not end (there are always k among 2k).
-        order = (is_eos | ~top_scores.isfinite()).long() * (2 * k) + torch.arange(
-            top_ids.size(1), device=device
-        )
+        # New beams: the first k finite candidates that do not end; if there are fewer, dummies.
+        live = token_of.ne(EOS_ID) & top_scores.isfinite()
+        order = (~live).long() * (2 * k) + torch.arange(top_ids.size(1), device=device)
         pick = order.topk(k, dim=1, largest=False).indices
-        scores = top_scores.gather(1, pick)
+        scores = top_scores.gather(1, pick).masked_fill(~live.gather(1, pick), -math.inf)
         beam_rows = (torch.arange(n, device=device)[:, None] * k + beam_of.gather(1, pick)).view(-1)
         tokens = token_of.gather(1, pick).view(-1)
 
-        done = [len(finished[s]) >= k or budget[s] <= step for s in alive]
+        has_live = scores.isfinite().any(dim=1).tolist()
+        done = [len(finished[s]) >= k or budget[s] <= step or not h for s, h in zip(alive, has_live)]
         keep = [i for i, d in enumerate(done) if not d]
         if len(keep) < n:
             keep_t = torch.tensor(keep, dtype=torch.long, device=device)
@@ -189,15 +192,20 @@ def translate_ids(
 ) -> list[list[Hypothesis]]:
     """Decode many tokenised sentences in length-sorted batches; results in input order.
 
-    Sources longer than the model's positions are truncated (the caller warns).
+    Sources longer than the model's positions are truncated (the caller warns). An empty source is
+    not decoded: its translation is empty (log-probability 0), so that an evaluation split keeps all
+    its lines and an empty line is scored as the empty hypothesis, as in ``Translator.translate``.
     """
     model.eval()
     sources = [list(s[: max_positions - 1]) for s in sources]
-    results: list[list[Hypothesis]] = [[] for _ in sources]
+    results: list[list[Hypothesis]] = [[] if s else [Hypothesis([], 0.0, 0.0)] for s in sources]
+    todo = [i for i, s in enumerate(sources) if s]
     budget = max(1, cfg.max_tokens // max(cfg.beam_size, 1))
-    batches = list(length_sorted_batches([len(s) + 1 for s in sources], budget))
+    batches = list(length_sorted_batches([len(sources[i]) + 1 for i in todo], budget))
     with tqdm(total=len(sources), disable=not progress, desc="decoding", unit="sent") as bar:
-        for idx in batches:
+        bar.update(len(sources) - len(todo))
+        for batch in batches:
+            idx = [todo[j] for j in batch]
             src = pad_batch([sources[i] for i in idx], device)
             for i, hyps in zip(idx, search(model, src, cfg, max_positions - 1)):
                 results[i] = hyps

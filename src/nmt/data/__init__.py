@@ -1,6 +1,6 @@
 """Data pipeline: sources -> cleaning -> SentencePiece -> cached ids -> token-budget batches."""
 
-from nmt.data.batching import Batch, TokenBatchSampler, collate
+from nmt.data.batching import Batch, TokenBatchSampler, clipped_lengths, collate
 from nmt.data.clean import clean_pairs
 from nmt.data.corpus import EncodedSplit, PreparedData, format_summary, prepare_corpus, prepare_text
 from nmt.data.sources import SPLITS, load_source, read_lines
@@ -12,6 +12,7 @@ __all__ = [
     "PreparedData",
     "TokenBatchSampler",
     "clean_pairs",
+    "clipped_lengths",
     "collate",
     "format_summary",
     "load_source",

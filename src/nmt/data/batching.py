@@ -24,7 +24,8 @@ class TokenBatchSampler:
     The cost of a batch is ``len(batch) * (max src len + 1 + max tgt len + 1)`` (EOS on the source,
     BOS/EOS on the target), i.e. the padded size of ``src`` plus ``tgt_in``; it never exceeds
     ``max_tokens``, except for a single example that is too long on its own, which forms its own batch
-    (clip the lengths to the model's ``max_positions - 1`` first, as ``collate`` truncates to that).
+    (clip the lengths to the model's ``max_positions - 1`` first, as ``collate`` truncates to that:
+    :func:`clipped_lengths`).
 
     With ``world_size > 1`` rank r gets batches r, r + world_size, ... of the shuffled epoch. Every rank
     gets the same number, ``total // world_size``: the last ``total % world_size`` batches are dropped
@@ -94,6 +95,13 @@ class TokenBatchSampler:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         usable = len(batches) // self.world_size * self.world_size
         return batches[self.rank : usable : self.world_size]
+
+
+def clipped_lengths(split: EncodedSplit, max_positions: int) -> tuple[np.ndarray, np.ndarray]:
+    """Source and target lengths as ``collate`` will make them (at most ``max_positions - 1``): what
+    the sampler must cost, or batches of over-long sentences stay far below the token budget."""
+    keep = max_positions - 1
+    return np.minimum(split.src_lengths, keep), np.minimum(split.tgt_lengths, keep)
 
 
 def cut_batches(

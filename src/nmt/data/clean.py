@@ -1,5 +1,6 @@
-"""Sentence-pair filters. Every split loses pairs with an empty side (nothing to learn or score);
-only training pairs are filtered by length, so valid/test scores stay comparable with other work."""
+"""Sentence-pair filters, for training pairs only: pairs with an empty side (nothing to learn), too
+short, too long or too unequal. Valid and test are kept whole, empty lines included, so that scores
+are over every line of the test set, as the sacrebleu command line counts them."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ REASONS = ("empty", "too_short", "too_long", "ratio")
 def clean_pairs(
     src: list[str], tgt: list[str], cfg: CleanConfig, split: str
 ) -> tuple[list[str], list[str], dict[str, int]]:
-    """Stripped one-line pairs of ``split`` that pass the filters, and the number dropped per reason
-    (the first that applies), which is also logged.
+    """Stripped one-line pairs of ``split`` that pass the filters (all of them outside training), and
+    the number dropped per reason (the first that applies), which is also logged.
 
     Lengths are whitespace words; the checks are symmetric, so the result does not depend on the
     translation direction.
@@ -42,10 +43,10 @@ def _one_line(text: str) -> str:
 
 
 def _reject(src: str, tgt: str, cfg: CleanConfig, train: bool) -> str | None:
-    if not src or not tgt:
-        return "empty"
     if not train:
         return None
+    if not src or not tgt:
+        return "empty"
     shorter, longer = sorted((len(src.split()), len(tgt.split())))
     if shorter < cfg.min_words:
         return "too_short"

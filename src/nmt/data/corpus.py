@@ -115,11 +115,13 @@ def _text_settings(cfg: DataConfig) -> dict:
     for key in ("name", "cache_dir", "src_lang", "tgt_lang"):
         settings.pop(key, None)
     settings["langs"] = sorted([cfg.src_lang, cfg.tgt_lang])
+    settings["text_version"] = 2  # version 1 dropped empty valid/test pairs: its text must not be reused
     if cfg.source == "local":
         settings["dir"] = str(Path(cfg.dir).resolve())
-        settings["files"] = [
+        # Sorted by name: local_files lists them in the direction's order, the key must not follow it.
+        settings["files"] = sorted(
             [p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in local_files(cfg) if p.is_file()
-        ]
+        )
     return settings
 
 

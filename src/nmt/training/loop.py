@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from nmt import checkpoint as ckpt_io
 from nmt.config import HIGHER_IS_BETTER, TrainConfig, check_train_config, to_container
-from nmt.data import Batch, PreparedData, TokenBatchSampler, collate, prepare_corpus
+from nmt.data import Batch, PreparedData, TokenBatchSampler, clipped_lengths, collate, prepare_corpus
 from nmt.decoding import translate_ids
 from nmt.devices import autocast, resolve_precision, select_device
 from nmt.errors import NMTError
@@ -180,8 +180,7 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     train_split = data.splits["train"]
     sampler = TokenBatchSampler(
-        train_split.src_lengths,
-        train_split.tgt_lengths,
+        *clipped_lengths(train_split, cfg.model.max_positions),
         cfg.trainer.max_tokens,
         shuffle=True,
         seed=cfg.seed,
@@ -358,12 +357,10 @@ def train_step(run: Run, batches: list[Batch], flags: dict[str, bool] | None = N
     scaler.unscale_(optimizer)
     max_norm = cfg.optim.clip_norm if cfg.optim.clip_norm > 0 else math.inf
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), max_norm).item()
-    if math.isfinite(grad_norm) or scaler.is_enabled():
-        scaler.step(optimizer)  # with fp16 the scaler itself skips non-finite updates
+    if apply_update(optimizer, scaler, grad_norm):
         progress.bad_steps = 0
     else:
         skip_update(progress, cfg)
-    scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return {
         "loss_sum": loss_sum,
@@ -375,6 +372,20 @@ def train_step(run: Run, batches: list[Batch], flags: dict[str, bool] | None = N
         "grad_norm": grad_norm,
         "flags": agreed,
     }
+
+
+def apply_update(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, grad_norm: float) -> bool:
+    """Step the optimizer and the loss scale; False when the update was skipped (non-finite gradient).
+
+    With fp16 the GradScaler also skips a step on its own when it finds inf/NaN gradients; its only
+    trace is the scale going down in ``update``, so that counts as a skip too.
+    """
+    scale = scaler.get_scale()  # 1.0 when loss scaling is off
+    finite = math.isfinite(grad_norm)
+    if finite:
+        scaler.step(optimizer)
+    scaler.update()  # lowers the scale if unscale_ found inf/NaN
+    return finite and scaler.get_scale() >= scale
 
 
 def skip_update(progress: Progress, cfg: TrainConfig) -> None:
@@ -461,7 +472,9 @@ def validate(model: Seq2Seq, data: PreparedData, cfg: TrainConfig, device, preci
     """Teacher-forced loss/perplexity on the whole valid split, greedy BLEU/chrF on its first sentences."""
     model.eval()
     split = data.splits["valid"]
-    sampler = TokenBatchSampler(split.src_lengths, split.tgt_lengths, cfg.trainer.max_tokens, shuffle=False)
+    sampler = TokenBatchSampler(
+        *clipped_lengths(split, cfg.model.max_positions), cfg.trainer.max_tokens, shuffle=False
+    )
     nll, tokens = 0.0, 0
     for idx in sampler:
         batch = collate(split, idx, cfg.model.max_positions).to(device)

@@ -1,0 +1,125 @@
+"""The training loop's own decisions: how batches are cut, and when an update counts as skipped."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import nmt.training.loop as loop
+from nmt.config import TrainConfig
+from nmt.data import collate
+from nmt.errors import NMTError
+from nmt.training.loop import Run, set_up, train_step, validate
+
+MAX_TOKENS = 512
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("toy-data")
+
+
+@pytest.fixture
+def config(compose_train_cfg, cache_dir: Path):
+    """Toy sentences of 20-30 words (one subword each) for a model of 8 positions: every pair is truncated."""
+
+    def make(*overrides: str) -> TrainConfig:
+        return compose_train_cfg(
+            "experiment=toy",
+            f"data.cache_dir={cache_dir}",
+            "data.train_size=400",
+            "data.valid_size=100",
+            "data.test_size=10",
+            "data.min_len=20",
+            "data.max_len=30",
+            "model.d_model=32",
+            "model.ff_dim=64",
+            "model.heads=2",
+            "model.max_positions=8",
+            "trainer.device=cpu",
+            f"trainer.max_tokens={MAX_TOKENS}",
+            "trainer.valid_bleu_sentences=2",
+            "trainer.progress=false",
+            *overrides,
+        )
+
+    return make
+
+
+@pytest.fixture
+def run(config, tmp_path: Path):
+    run = set_up(config(), tmp_path)
+    yield run
+    run.monitor.close({})
+
+
+def padded_size(batch) -> int:
+    """What the sampler budgets: the padded source plus decoder input."""
+    return batch.src.numel() + batch.tgt_in.numel()
+
+
+def test_training_batches_of_truncated_sentences_fill_the_budget(run: Run):
+    split = run.data.splits["train"]
+    assert split.src_lengths.min() > 2 * run.cfg.model.max_positions  # the corpus is over-long
+    sizes = [padded_size(collate(split, idx, run.cfg.model.max_positions)) for idx in run.sampler]
+    assert max(sizes) <= MAX_TOKENS
+    assert np.mean(sizes) > 0.8 * MAX_TOKENS
+
+
+def test_validation_batches_of_truncated_sentences_fill_the_budget(run: Run, monkeypatch):
+    sizes = []
+
+    def recording_collate(*args, **kwargs):
+        batch = collate(*args, **kwargs)
+        sizes.append(padded_size(batch))
+        return batch
+
+    monkeypatch.setattr(loop, "collate", recording_collate)
+    result = validate(run.model, run.data, run.cfg, run.device, run.precision)
+    assert math.isfinite(result.metrics["loss"])
+    assert len(sizes) > 2 and max(sizes) <= MAX_TOKENS
+    assert sum(size > 0.8 * MAX_TOKENS for size in sizes) >= len(sizes) - 1  # all full but the last
+
+
+def overflowing(monkeypatch) -> None:
+    """Losses become inf, as fp16 overflows do: every gradient is non-finite."""
+    real = loop.label_smoothed_nll
+
+    def inf_loss(*args, **kwargs):
+        loss, nll = real(*args, **kwargs)
+        return loss * math.inf, nll
+
+    monkeypatch.setattr(loop, "label_smoothed_nll", inf_loss)
+
+
+def test_fp16_overflow_counts_as_a_skipped_update(config, tmp_path: Path, monkeypatch):
+    """The GradScaler skips the step itself; the loop must still count it and give up eventually.
+
+    fp16 needs CUDA, so this runs fp32 on the CPU with a CPU GradScaler, which skips the same way.
+    """
+    run = set_up(config("trainer.max_bad_steps=2"), tmp_path)
+    run.scaler = torch.amp.GradScaler("cpu", enabled=True)
+    batches = [
+        [collate(run.data.splits["train"], idx, run.cfg.model.max_positions)]
+        for idx in itertools.islice(run.sampler, 4)
+    ]
+    before = [p.detach().clone() for p in run.model.parameters()]
+    train_step(run, batches[0])  # a good step: nothing skipped
+    assert run.progress.skipped_steps == 0 and run.scaler.get_scale() == 2.0**16
+    trained = [p.detach().clone() for p in run.model.parameters()]
+    assert any(not torch.equal(a, b) for a, b in zip(before, trained))
+
+    overflowing(monkeypatch)
+    for i in (1, 2):
+        train_step(run, batches[i])
+        assert run.progress.skipped_steps == run.progress.bad_steps == i
+    assert run.scaler.get_scale() == 2.0**14  # the scaler backed off twice
+    assert all(torch.equal(a, b) for a, b in zip(trained, run.model.parameters()))  # no update
+    with pytest.raises(NMTError, match="trainer.max_bad_steps=2"):
+        train_step(run, batches[3])
+    run.monitor.close({})
