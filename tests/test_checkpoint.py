@@ -224,3 +224,12 @@ def test_step_checkpoints_are_ordered_numerically_and_pruned(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(NMTError, match="no step_N.pt"):
         last_checkpoints(tmp_path / "empty", 2)
+
+
+def test_a_window_keeps_only_the_step_checkpoints_of_the_end_of_the_run(tmp_path):
+    for step in (500, 1000, 1500, 1700, 1800, 1900, 2000):
+        (tmp_path / f"step_{step}.pt").write_bytes(b"")
+    names = [p.name for p in last_checkpoints(tmp_path, 5, window=0.2)]  # steps >= 1600
+    assert names == ["step_1700.pt", "step_1800.pt", "step_1900.pt", "step_2000.pt"]
+    assert [p.name for p in last_checkpoints(tmp_path, 2, window=0.2)] == ["step_1900.pt", "step_2000.pt"]
+    assert len(last_checkpoints(tmp_path, 10)) == 7  # no window: the newest `count`

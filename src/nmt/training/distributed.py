@@ -34,30 +34,30 @@ def init_distributed(device: torch.device) -> Dist:
     return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def all_reduce_sum(values: torch.Tensor, ctx: Dist) -> torch.Tensor:
-    if ctx.enabled:
+def all_reduce_sum(values: torch.Tensor, ranks: Dist) -> torch.Tensor:
+    if ranks.enabled:
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
     return values
 
 
-def all_gather_object(obj, ctx: Dist) -> list:
+def all_gather_object(obj, ranks: Dist) -> list:
     """Every rank's ``obj``, in rank order, on every rank (e.g. random states for the checkpoint)."""
-    if not ctx.enabled:
+    if not ranks.enabled:
         return [obj]
-    out = [None] * ctx.world_size
+    out = [None] * ranks.world_size
     dist.all_gather_object(out, obj)
     return out
 
 
-def broadcast_object(obj, ctx: Dist):
+def broadcast_object(obj, ranks: Dist):
     """Rank 0's value of ``obj`` on every rank (stop decisions, validation results)."""
-    if not ctx.enabled:
+    if not ranks.enabled:
         return obj
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
 
 
-def cleanup(ctx: Dist) -> None:
-    if ctx.enabled and dist.is_initialized():
+def cleanup(ranks: Dist) -> None:
+    if ranks.enabled and dist.is_initialized():
         dist.destroy_process_group()

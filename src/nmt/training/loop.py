@@ -74,7 +74,7 @@ class Run:
     scaler: torch.amp.GradScaler
     sampler: TokenBatchSampler
     monitor: Monitor
-    ctx: Dist
+    dist: Dist  # this process's rank among the ranks of the run
     device: torch.device
     precision: str
     ckpt_dir: Path
@@ -105,7 +105,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     marks = averaging_marks(cfg.trainer.average_window, cfg.trainer.keep_checkpoints)
     marks = [m for m in marks if m > run.budget_fraction(run.minutes(started), run.progress.step)]
     bar = BudgetBar(
-        run.budget, run.progress.step, run.minutes(started), run.ctx.is_main and cfg.trainer.progress
+        run.budget, run.progress.step, run.minutes(started), run.dist.is_main and cfg.trainer.progress
     )
     try:
         while not reason:
@@ -145,7 +145,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
         save_checkpoints(run, improved=False, step_file=False)
     elif validated_at != run.progress.step and run.progress.step > 0:  # out of epochs between validations
         validate_and_save(run)
-    if run.ctx.is_main:
+    if run.dist.is_main:
         log.info("stopped after %d steps: %s", run.progress.step, reason)
         if reason == "interrupted":
             log.info(
@@ -155,7 +155,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
             )
     final = run.progress.history[-1] if run.progress.history else {}
     run.monitor.close(final)
-    cleanup(run.ctx)
+    cleanup(run.dist)
     return final
 
 
@@ -165,15 +165,15 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     when ``trainer.resume`` says so."""
     check_train_config(cfg)
     device = select_device(cfg.trainer.device)
-    ctx = init_distributed(device)
-    if ctx.enabled and device.type == "cuda":
-        device = torch.device("cuda", ctx.local_rank)
+    dist = init_distributed(device)
+    if dist.enabled and device.type == "cuda":
+        device = torch.device("cuda", dist.local_rank)
         torch.cuda.set_device(device)
     seed_everything(cfg.seed)
-    data = prepare_on_main_first(cfg, ctx)
+    data = prepare_on_main_first(cfg, dist)
     tok = data.tokenizer
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).to(device)
-    seed_everything(rank_seed(cfg.seed, ctx.rank))  # same initial weights, different dropout per rank
+    seed_everything(rank_seed(cfg.seed, dist.rank))  # same initial weights, different dropout per rank
     optimizer = make_optimizer(model, cfg)
     precision, why = resolve_precision(cfg.trainer.precision, device)
     budget = Budget.from_config(cfg.trainer, device)
@@ -184,52 +184,52 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         cfg.trainer.max_tokens,
         shuffle=True,
         seed=cfg.seed,
-        rank=ctx.rank,
-        world_size=ctx.world_size,
+        rank=dist.rank,
+        world_size=dist.world_size,
     )
     progress = Progress()
     ckpt_dir = run_dir / "checkpoints"
     resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
     if resume_from is not None:
-        progress = restore(resume_from, model, optimizer, scaler, sampler, ctx.rank)
+        progress = restore(resume_from, model, optimizer, scaler, sampler, dist.rank)
         log.info("resumed from %s at step %d (epoch %d)", resume_from, progress.step, progress.epoch)
-    if ctx.is_main:
+    if dist.is_main:
         log.info(
             "model: %s parameters on %s, %d rank(s); precision %s (%s)",
             f"{count_parameters(model):,}",
             device,
-            ctx.world_size,
+            dist.world_size,
             precision,
             why,
         )
         log.info("budget: %s", budget.describe())
         log.info(
             "effective batch: up to %d tokens per update (max_tokens %d x accumulate %d x %d ranks)",
-            cfg.trainer.max_tokens * cfg.trainer.accumulate * ctx.world_size,
+            cfg.trainer.max_tokens * cfg.trainer.accumulate * dist.world_size,
             cfg.trainer.max_tokens,
             cfg.trainer.accumulate,
-            ctx.world_size,
+            dist.world_size,
         )
-    monitor = Monitor(run_dir, cfg, ctx.is_main, purge_step=progress.step or None)
+    monitor = Monitor(run_dir, cfg, dist.is_main, purge_step=progress.step or None)
     return Run(
-        cfg,
-        data,
-        model,
-        wrap_model(model, cfg, ctx),
-        optimizer,
-        scaler,
-        sampler,
-        monitor,
-        ctx,
-        device,
-        precision,
-        ckpt_dir,
-        progress,
-        budget,
+        cfg=cfg,
+        data=data,
+        model=model,
+        step_model=wrap_model(model, cfg, dist),
+        optimizer=optimizer,
+        scaler=scaler,
+        sampler=sampler,
+        monitor=monitor,
+        dist=dist,
+        device=device,
+        precision=precision,
+        ckpt_dir=ckpt_dir,
+        progress=progress,
+        budget=budget,
     )
 
 
-# ------------------------------------------------------------------------------------------- set-up
+# ---------------------------------------------------------------------------------- set-up helpers
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -241,12 +241,12 @@ def rank_seed(seed: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
 
-def prepare_on_main_first(cfg: TrainConfig, ctx: Dist) -> PreparedData:
+def prepare_on_main_first(cfg: TrainConfig, dist: Dist) -> PreparedData:
     """Rank 0 prepares (and caches) the corpus; the other ranks then read the cache."""
-    if ctx.is_main:
+    if dist.is_main:
         data = prepare_corpus(cfg.data, cfg.tokenizer, progress=True)
-    broadcast_object(None, ctx)  # a barrier that works on every backend
-    if not ctx.is_main:
+    broadcast_object(None, dist)  # a barrier that works on every backend
+    if not dist.is_main:
         data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
     return data
 
@@ -267,12 +267,12 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     )
 
 
-def wrap_model(model: Seq2Seq, cfg: TrainConfig, ctx: Dist) -> torch.nn.Module:
+def wrap_model(model: Seq2Seq, cfg: TrainConfig, dist: Dist) -> torch.nn.Module:
     """DDP under torchrun, then ``torch.compile`` if asked (dynamic shapes: batches vary in length)."""
     wrapped: torch.nn.Module = model
-    if ctx.enabled:
+    if dist.enabled:
         wrapped = DistributedDataParallel(
-            model, device_ids=[ctx.local_rank] if model_device(model).type == "cuda" else None
+            model, device_ids=[dist.local_rank] if model_device(model).type == "cuda" else None
         )
     if cfg.trainer.compile:
         wrapped = torch.compile(wrapped, dynamic=True)
@@ -332,12 +332,12 @@ def train_step(run: Run, batches: list[Batch], flags: dict[str, bool] | None = N
     ``flags`` (e.g. stop requested, out of time) are or-ed over ranks together with the token count,
     in one collective, so every rank takes the same decision at the same step: ``stats["flags"]``.
     """
-    cfg, ctx, progress, optimizer, scaler = run.cfg, run.ctx, run.progress, run.optimizer, run.scaler
+    cfg, dist, progress, optimizer, scaler = run.cfg, run.dist, run.progress, run.optimizer, run.scaler
     flags = flags or {}
     tokens = sum(b.tgt_tokens for b in batches)
     # On the model's device: NCCL (GPU) cannot reduce CPU tensors; on CPU this changes nothing.
     counts = torch.tensor([float(tokens), *map(float, flags.values())], device=run.device)
-    counts = all_reduce_sum(counts, ctx).tolist()
+    counts = all_reduce_sum(counts, dist).tolist()
     total_tokens, agreed = counts[0], {name: n > 0 for name, n in zip(flags, counts[1:])}
     lr = learning_rate(progress.step + 1, cfg.optim)
     for group in optimizer.param_groups:
@@ -345,13 +345,13 @@ def train_step(run: Run, batches: list[Batch], flags: dict[str, bool] | None = N
     loss_sum = torch.zeros((), device=run.device)
     nll_sum = torch.zeros((), device=run.device)
     for i, batch in enumerate(batches):
-        sync = i == len(batches) - 1 or not ctx.enabled  # DDP: all-reduce gradients once per update
+        sync = i == len(batches) - 1 or not dist.enabled  # DDP: all-reduce gradients once per update
         with nullcontext() if sync else run.step_model.no_sync(), autocast(run.device, run.precision):
             target_mask = batch.tgt_out.ne(PAD_ID)
             logits = run.step_model(batch.src, batch.tgt_in, target_mask)
             loss, nll = label_smoothed_nll(logits, batch.tgt_out[target_mask], cfg.optim.label_smoothing)
         # DDP averages gradients over ranks, hence world_size / (tokens of all ranks).
-        scaler.scale(loss * ctx.world_size / total_tokens).backward()
+        scaler.scale(loss * dist.world_size / total_tokens).backward()
         loss_sum += loss.detach()
         nll_sum += nll.detach()
     scaler.unscale_(optimizer)
@@ -427,7 +427,7 @@ def log_train(run: Run, summary: dict[str, float], bar: BudgetBar) -> None:
     }
     if run.cfg.trainer.progress:
         bar.set_postfix(text, run.progress.step)
-    elif run.ctx.is_main:
+    elif run.dist.is_main:
         log.info("step %d: %s", run.progress.step, " ".join(f"{k} {v}" for k, v in text.items()))
 
 
@@ -522,8 +522,8 @@ def validate_and_save(run: Run) -> bool:
     """Validate, log and checkpoint on rank 0; False when early stopping says stop (all ranks agree)."""
     keep_going = True
     cfg, progress = run.cfg, run.progress
-    rng = all_gather_object(ckpt_io.rng_state(), run.ctx)
-    if run.ctx.is_main:
+    rng = all_gather_object(ckpt_io.rng_state(), run.dist)
+    if run.dist.is_main:
         result = validate(run.model, run.data, cfg, run.device, run.precision)
         metrics = {**result.metrics, "step": progress.step}
         progress.history.append(metrics)
@@ -547,13 +547,13 @@ def validate_and_save(run: Run) -> bool:
         )
         write_checkpoints(run, improved, step_file=True, rng=rng)
         keep_going = not (cfg.trainer.patience and progress.bad_validations >= cfg.trainer.patience)
-    return bool(broadcast_object(keep_going, run.ctx))
+    return bool(broadcast_object(keep_going, run.dist))
 
 
 def save_checkpoints(run: Run, improved: bool, step_file: bool) -> None:
     """Called on every rank (it gathers each rank's random state); rank 0 writes."""
-    rng = all_gather_object(ckpt_io.rng_state(), run.ctx)
-    if run.ctx.is_main:
+    rng = all_gather_object(ckpt_io.rng_state(), run.dist)
+    if run.dist.is_main:
         write_checkpoints(run, improved, step_file, rng)
 
 
