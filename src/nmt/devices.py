@@ -56,7 +56,7 @@ def resolve_precision(name: str, device: torch.device) -> tuple[str, str]:
         return "fp16", "auto: the GPU has no bf16, fp16 with loss scaling"
     if cpu_has_native_bf16():
         return "bf16", "auto: the CPU computes bf16 natively (avx512_bf16/AMX)"
-    return "fp32", "auto: the CPU has no native bf16 (no avx512_bf16/AMX), where bf16 is emulated and slow"
+    return "fp32", "auto: no native bf16 here (avx512_bf16 or AMX, with AVX-512 kernels): it would be slow"
 
 
 def warn_slow_cpu_bf16(size: int = 128, repeats: int = 3) -> float:

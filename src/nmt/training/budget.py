@@ -39,7 +39,9 @@ class Budget:
             f"{self.max_epochs} epochs" if self.max_epochs else "",
             f"{self.max_minutes:g} minutes" if self.max_minutes else "",
         ]
-        return f"{' or '.join(p for p in parts if p)}, whichever comes first ({self.source})"
+        limits = [p for p in parts if p]
+        first = ", whichever comes first" if len(limits) > 1 else ""
+        return f"{' or '.join(limits)}{first} ({self.source})"
 
     def fraction(self, step: int, epochs: float, minutes: float) -> float:
         """How much of the budget is spent: the largest share over its limits (1.0 = done)."""
