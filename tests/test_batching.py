@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from nmt.data import Batch, EncodedSplit, TokenBatchSampler, collate
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from nmt.data import Batch, EncodedSplit, TokenBatchSampler, collate, drop_words
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MAX_TOKENS = 300
 
@@ -139,3 +139,20 @@ def test_collate_truncates_to_max_positions():
 def test_batch_to_moves_every_tensor():
     batch = collate(encoded([[5]], [[6]]), [0], max_positions=10).to("meta")
     assert {t.device.type for t in (batch.src, batch.tgt_in, batch.tgt_out)} == {"meta"}
+
+
+def test_word_dropout_replaces_input_words_by_unk_at_the_rate_asked():
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(10, 50, size=rng.integers(5, 30)).tolist() for _ in range(200)]
+    batch = collate(encoded(seqs, seqs), list(range(200)), max_positions=100)
+    torch.manual_seed(0)
+    dropped = drop_words(batch, 0.3, 0.1)
+    assert torch.equal(dropped.tgt_out, batch.tgt_out)  # what is predicted never changes
+    for before, after, p in ((batch.src, dropped.src, 0.3), (batch.tgt_in, dropped.tgt_in, 0.1)):
+        words = (before != PAD_ID) & (before != BOS_ID) & (before != EOS_ID)
+        changed = before != after
+        assert not (changed & ~words).any()  # padding, BOS and EOS stay
+        assert (after[changed] == UNK_ID).all()
+        assert changed.sum() / words.sum() == pytest.approx(p, abs=0.03)
+    off = drop_words(batch, 0.0, 0.0)
+    assert off.src is batch.src and off.tgt_in is batch.tgt_in  # off: the very same tensors

@@ -154,6 +154,9 @@ class OptimConfig:
     schedule: str = "inverse_sqrt"  # "inverse_sqrt" | "constant"
     clip_norm: float = 1.0  # 0 = no clipping
     label_smoothing: float = 0.1
+    # word dropout (Sennrich & Zhang 2019): training inputs replaced by <unk> with this probability
+    src_word_dropout: float = 0.0  # source tokens
+    tgt_word_dropout: float = 0.0  # decoder input tokens (the targets predicted stay intact)
 
 
 # ------------------------------------------------------------------------------------------- trainer
@@ -426,7 +429,7 @@ TRAIN_RULES: dict[str, Rule] = {
     "trainer.average_window": SHARE,
     "optim.lr": POSITIVE,
     **{f"optim.{key}": NON_NEGATIVE for key in ("warmup_steps", "clip_norm", "weight_decay")},
-    "optim.label_smoothing": PROBABILITY,
+    **{f"optim.{key}": PROBABILITY for key in ("label_smoothing", "src_word_dropout", "tgt_word_dropout")},
     "tokenizer.vocab_size": POSITIVE,
     "model.max_positions": (lambda v: v >= 2, "must be >= 2 (one token plus EOS)"),
     **{f"model.{key}": PROBABILITY for key in ("dropout", "attention_dropout", "activation_dropout")},

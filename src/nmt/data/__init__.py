@@ -1,6 +1,6 @@
 """Data pipeline: sources -> cleaning -> SentencePiece -> cached ids -> token-budget batches."""
 
-from nmt.data.batching import Batch, TokenBatchSampler, clipped_lengths, collate
+from nmt.data.batching import Batch, TokenBatchSampler, clipped_lengths, collate, drop_words
 from nmt.data.clean import clean_pairs
 from nmt.data.corpus import EncodedSplit, PreparedData, format_summary, prepare_corpus, prepare_text
 from nmt.data.sources import SPLITS, load_source, read_lines
@@ -14,6 +14,7 @@ __all__ = [
     "clean_pairs",
     "clipped_lengths",
     "collate",
+    "drop_words",
     "format_summary",
     "load_source",
     "prepare_corpus",

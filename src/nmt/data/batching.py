@@ -15,7 +15,7 @@ import torch
 
 from nmt.data.corpus import EncodedSplit
 from nmt.errors import NMTError
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 class TokenBatchSampler:
@@ -150,6 +150,20 @@ class Batch:
         return replace(
             self, src=self.src.to(device), tgt_in=self.tgt_in.to(device), tgt_out=self.tgt_out.to(device)
         )
+
+
+def drop_words(batch: Batch, src_p: float, tgt_p: float) -> Batch:
+    """Word dropout: each real token of ``src`` and ``tgt_in`` becomes <unk> with probability ``src_p`` /
+    ``tgt_p``, so the model cannot lean on any single input word; ``tgt_out`` (what it must predict)
+    stays. Uses torch's random generator, which training seeds and checkpoints."""
+    return replace(batch, src=_drop(batch.src, src_p), tgt_in=_drop(batch.tgt_in, tgt_p))
+
+
+def _drop(ids: torch.Tensor, p: float) -> torch.Tensor:
+    if p <= 0:
+        return ids
+    words = (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID)
+    return ids.masked_fill(words & (torch.rand(ids.shape, device=ids.device) < p), UNK_ID)
 
 
 def collate(split: EncodedSplit, indices: list[int], max_positions: int) -> Batch:

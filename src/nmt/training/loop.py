@@ -25,7 +25,15 @@ from tqdm.auto import tqdm
 
 from nmt import checkpoint as ckpt_io
 from nmt.config import HIGHER_IS_BETTER, TrainConfig, check_train_config, to_container
-from nmt.data import Batch, PreparedData, TokenBatchSampler, clipped_lengths, collate, prepare_corpus
+from nmt.data import (
+    Batch,
+    PreparedData,
+    TokenBatchSampler,
+    clipped_lengths,
+    collate,
+    drop_words,
+    prepare_corpus,
+)
 from nmt.decoding import translate_ids
 from nmt.devices import autocast, resolve_precision, select_device
 from nmt.errors import NMTError
@@ -97,6 +105,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     stop = GracefulStop()
     index_lists = endless_batches(run.sampler, run.progress, run.budget)
     train_split = run.data.splits["train"]
+    word_dropout = (cfg.optim.src_word_dropout, cfg.optim.tgt_word_dropout)
     started, window, reason = time.monotonic(), Window(), ""
     validated_at = run.progress.history[-1]["step"] if run.progress.history else -1
     if run.budget.max_steps and run.progress.step >= run.budget.max_steps:  # a finished run, resumed
@@ -120,7 +129,10 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
                 # the fraction once this step is done: the checkpoint is written after it
                 "checkpoint": bool(marks) and run.budget_fraction(minutes, run.progress.step + 1) >= marks[0],
             }
-            batches = [collate(train_split, idx, cfg.model.max_positions).to(run.device) for idx in micro]
+            batches = [
+                drop_words(collate(train_split, idx, cfg.model.max_positions).to(run.device), *word_dropout)
+                for idx in micro
+            ]
             stats = train_step(run, batches, flags)
             run.progress.step += 1
             run.progress.elapsed_s = run.minutes(started) * 60
