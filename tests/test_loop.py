@@ -42,6 +42,7 @@ def config(compose_train_cfg, cache_dir: Path):
             "model.heads=2",
             "model.max_positions=8",
             "trainer.device=cpu",
+            "trainer.precision=fp32",
             f"trainer.max_tokens={MAX_TOKENS}",
             "trainer.valid_bleu_sentences=2",
             "trainer.progress=false",

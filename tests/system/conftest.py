@@ -50,7 +50,9 @@ class Toy:
     )
 
     def overrides(self, *overrides: str) -> list[str]:
-        return ["experiment=toy", f"data.cache_dir={self.data_cache}", "trainer.progress=false", *overrides]
+        # fp32: the same numbers on every CPU (precision=auto picks bf16 on some, fp32 on others)
+        fixed = ["experiment=toy", f"data.cache_dir={self.data_cache}", "trainer.progress=false"]
+        return [*fixed, "trainer.precision=fp32", *overrides]
 
     def config(self, *overrides: str) -> TrainConfig:
         """The typed config that ``scripts/train.py experiment=toy <overrides>`` gets."""
