@@ -324,3 +324,24 @@ def test_step_checkpoints_for_averaging_cover_the_end_of_a_short_run(toy, tmp_pa
     steps = sorted(int(p.stem.split("_")[1]) for p in run.checkpoints.glob("step_*.pt"))
     assert steps == [42, 44, 46, 48, 50]
     assert len(load_checkpoint(run.checkpoints / "last.pt")["progress"]["history"]) == 1
+
+
+def test_a_time_budget_ends_the_run_and_places_the_averaging_checkpoints(toy, tmp_path, monkeypatch):
+    """A fake clock where every update takes a minute: trainer.max_minutes=10 means 10 updates, plus the
+    one that carries the decision to stop; the step checkpoints for averaging come from the last 20 %."""
+    now = [0.0]
+    real_step = loop.train_step
+
+    def minute_long_step(*args, **kwargs):
+        now[0] += 60.0
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(loop.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(loop, "train_step", minute_long_step)
+    run = toy.train(tmp_path, *toy.short, "trainer.max_minutes=10", "trainer.valid_every=1000")
+    ckpt = load_checkpoint(run.checkpoints / "last.pt")
+    assert ckpt["progress"]["step"] == 11 and ckpt["progress"]["elapsed_s"] == 660.0
+    steps = sorted(int(p.stem.split("_")[1]) for p in run.checkpoints.glob("step_*.pt"))
+    # The clock is read before each update: marks 8.4 and 8.8 min are seen before update 10 (at 9 min),
+    # 9.2, 9.6 and 10.0 before update 11 (at 10 min, the end).
+    assert steps == [10, 11]

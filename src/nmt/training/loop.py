@@ -89,10 +89,6 @@ class Run:
     progress: Progress
     budget: Budget
 
-    def minutes(self, since: float) -> float:
-        """Training minutes so far: earlier sessions' plus this one's (started at ``since``)."""
-        return (self.progress.elapsed_s + time.monotonic() - since) / 60
-
     def budget_fraction(self, minutes: float, steps: int) -> float:
         """How much of the budget is spent after ``steps`` updates and ``minutes``."""
         epochs = self.progress.epoch + self.sampler.position / max(len(self.sampler), 1)
@@ -106,28 +102,31 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     index_lists = endless_batches(run.sampler, run.progress, run.budget)
     train_split = run.data.splits["train"]
     word_dropout = (cfg.optim.src_word_dropout, cfg.optim.tgt_word_dropout)
-    started, window, reason = time.monotonic(), Window(), ""
+    window, reason = Window(), ""
+    started = time.monotonic() - run.progress.elapsed_s  # a resumed run goes on with its time budget
+
+    def minutes() -> float:
+        return (time.monotonic() - started) / 60
+
     validated_at = run.progress.history[-1]["step"] if run.progress.history else -1
     if run.budget.max_steps and run.progress.step >= run.budget.max_steps:  # a finished run, resumed
         reason = f"max_steps={run.budget.max_steps} reached"
     # Step checkpoints for averaging, evenly spread over the end of the budget (see training/budget.py).
     marks = averaging_marks(cfg.trainer.average_window, cfg.trainer.keep_checkpoints)
-    marks = [m for m in marks if m > run.budget_fraction(run.minutes(started), run.progress.step)]
-    bar = BudgetBar(
-        run.budget, run.progress.step, run.minutes(started), run.dist.is_main and cfg.trainer.progress
-    )
+    marks = [m for m in marks if m > run.budget_fraction(minutes(), run.progress.step)]
+    bar = BudgetBar(run.budget, run.progress.step, minutes(), run.dist.is_main and cfg.trainer.progress)
     try:
         while not reason:
             micro = [next(index_lists) for _ in range(cfg.trainer.accumulate)]
             if None in micro:
                 reason = f"max_epochs={run.budget.max_epochs} reached"
                 break
-            minutes = run.minutes(started)
+            spent = minutes()
             flags = {
                 "stop": stop.requested,
-                "out_of_time": 0 < run.budget.max_minutes < minutes,
+                "out_of_time": 0 < run.budget.max_minutes <= spent,
                 # the fraction once this step is done: the checkpoint is written after it
-                "checkpoint": bool(marks) and run.budget_fraction(minutes, run.progress.step + 1) >= marks[0],
+                "checkpoint": bool(marks) and run.budget_fraction(spent, run.progress.step + 1) >= marks[0],
             }
             batches = [
                 drop_words(collate(train_split, idx, cfg.model.max_positions).to(run.device), *word_dropout)
@@ -135,7 +134,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
             ]
             stats = train_step(run, batches, flags)
             run.progress.step += 1
-            run.progress.elapsed_s = run.minutes(started) * 60
+            run.progress.elapsed_s = time.monotonic() - started
             bar.update(run.progress.step, run.progress.elapsed_s / 60)
             window.add(stats)
             if run.progress.step % cfg.trainer.log_every == 0:
@@ -148,7 +147,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
             elif stats["flags"]["checkpoint"] and reason != "interrupted":
                 save_checkpoints(run, improved=False, step_file=True)
             if stats["flags"]["checkpoint"]:
-                fraction = run.budget_fraction(run.minutes(started), run.progress.step)
+                fraction = run.budget_fraction(minutes(), run.progress.step)
                 marks = [m for m in marks if m > fraction]
     finally:
         bar.close()
