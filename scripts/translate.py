@@ -23,7 +23,9 @@ register_configs()
 def main(cfg: DictConfig) -> None:
     overrides = list(HydraConfig.get().overrides.task)
     cfg = OmegaConf.to_object(cfg)
-    translator = Translator.from_checkpoint(cfg.checkpoint, select_device(cfg.device))
+    translator = Translator.from_checkpoint(
+        cfg.checkpoint, select_device(cfg.device), backend=cfg.backend, ct2_model=cfg.ct2_model
+    )
     cfg.decoding = merge_decoding(translator.cfg.decoding, overrides)
     with contextlib.ExitStack() as files:
         source = files.enter_context(open(cfg.input, encoding="utf-8")) if cfg.input else sys.stdin

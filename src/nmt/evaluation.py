@@ -11,8 +11,8 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from nmt.config import EvaluateConfig, TrainConfig, merge_decoding
+from nmt.ct2_backend import decode_ids, load_backend
 from nmt.data import SPLITS, prepare_text, read_lines
-from nmt.decoding import translate_ids
 from nmt.devices import select_device
 from nmt.errors import NMTError
 from nmt.training.checkpoint import load_checkpoint, model_from_checkpoint
@@ -63,16 +63,18 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path, overrides: list[str]
     device = select_device(cfg.device)
     ckpt = load_checkpoint(cfg.checkpoint)
     model, tokenizer, train_cfg = model_from_checkpoint(ckpt, device)
+    ct2 = load_backend(cfg.backend, cfg.ct2_model, tokenizer, device)
     cfg.decoding = merge_decoding(train_cfg.decoding, list(overrides))
     sources, refs, test_name = evaluation_text(cfg, train_cfg)
     started = time.perf_counter()
     src_ids = tokenizer.encode_src(sources)
-    hyps = translate_ids(model, src_ids, cfg.decoding, device, train_cfg.model.max_positions, progress=True)
+    max_positions = train_cfg.model.max_positions
+    hyps = decode_ids(model, src_ids, cfg.decoding, device, max_positions, progress=True, ct2=ct2)
     hyp_text = tokenizer.decode_tgt([h[0].tokens for h in hyps])
     elapsed = time.perf_counter() - started
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
 
-    stem = f"{Path(cfg.checkpoint).stem}.{test_name}.beam{cfg.decoding.beam_size}"
+    stem = f"{Path(cfg.checkpoint).stem}.{test_name}.beam{cfg.decoding.beam_size}" + (".ct2" if ct2 else "")
     hyp_path = Path(cfg.eval.out) if cfg.eval.out else out_dir / f"{stem}.hyp"
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in hyp_text), encoding="utf-8")
@@ -91,6 +93,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path, overrides: list[str]
         "sentences_per_s": round(len(sources) / elapsed, 2),
         "tokens_per_s": round(out_tokens / elapsed, 1),
         "device": str(device),
+        "backend": cfg.backend,
         "step": ckpt.get("progress", {}).get("step"),
     }
     report_path = hyp_path.with_suffix(".json")

@@ -10,7 +10,8 @@ from typing import TextIO
 import torch
 
 from nmt.config import DecodingConfig, TrainConfig
-from nmt.decoding import Hypothesis, translate_ids
+from nmt.ct2_backend import CT2Backend, decode_ids, load_backend
+from nmt.decoding import Hypothesis
 from nmt.models import Seq2Seq
 from nmt.tokenizer import Tokenizer
 from nmt.training.checkpoint import load_checkpoint, model_from_checkpoint
@@ -21,14 +22,24 @@ log = logging.getLogger(__name__)
 class Translator:
     """Everything needed to translate, rebuilt from one checkpoint file."""
 
-    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, cfg: TrainConfig, device: torch.device):
+    def __init__(
+        self,
+        model: Seq2Seq,
+        tokenizer: Tokenizer,
+        cfg: TrainConfig,
+        device: torch.device,
+        ct2: CT2Backend | None = None,
+    ):
         self.model, self.tokenizer, self.cfg, self.device = model, tokenizer, cfg, device
+        self.ct2 = ct2  # decode with CTranslate2 instead of the model (backend=ct2)
         self.max_source = cfg.model.max_positions - 1  # room for EOS
 
     @classmethod
-    def from_checkpoint(cls, path: str, device: torch.device) -> Translator:
+    def from_checkpoint(
+        cls, path: str, device: torch.device, backend: str = "torch", ct2_model: str | None = None
+    ) -> Translator:
         model, tokenizer, cfg = model_from_checkpoint(load_checkpoint(path), device)
-        return cls(model, tokenizer, cfg, device)
+        return cls(model, tokenizer, cfg, device, load_backend(backend, ct2_model, tokenizer, device))
 
     def encode(self, lines: Sequence[str], first_line: int = 1) -> list[list[int]]:
         """Source ids, truncated (with a warning naming the input line) to what the model can take."""
@@ -51,13 +62,14 @@ class Translator:
         ids = self.encode(lines, first_line)
         todo = [i for i, seq in enumerate(ids) if seq]
         out: list[list[Hypothesis]] = [[] for _ in lines]
-        results = translate_ids(
+        results = decode_ids(
             self.model,
             [ids[i] for i in todo],
             decoding,
             self.device,
             self.cfg.model.max_positions,
             progress=progress,
+            ct2=self.ct2,
         )
         for i, hyps in zip(todo, results):
             out[i] = hyps
