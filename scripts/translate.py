@@ -21,7 +21,9 @@ register_configs()
 @run_cli
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
-    translator = Translator.from_checkpoint(cfg.checkpoint, select_device(cfg.device))
+    translator = Translator.from_checkpoint(
+        cfg.checkpoint, select_device(cfg.device), backend=cfg.backend, ct2_model=cfg.ct2_model
+    )
     decoding = translator.decoding_with(cfg.decoding)
     with contextlib.ExitStack() as files:
         source = files.enter_context(open(cfg.input, "rb")) if cfg.input else sys.stdin.buffer

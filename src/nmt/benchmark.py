@@ -55,6 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt.benchmark_ct2 import check_ct2_bench, format_ct2, measure_ct2
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.config import BenchConfig, TrainConfig, TransformerConfig, to_container
 from nmt.data import Batch, collate
@@ -75,6 +76,8 @@ def run_benchmark(cfg: TrainConfig, bench: BenchConfig, run_dir: Path) -> dict[s
     """Measure what ``bench`` asks for; returns the results (also written to ``run_dir/bench.output``)."""
     if bench.steps < 1 or bench.warmup_steps < 0:
         raise NMTError("bench.steps must be >= 1 and bench.warmup_steps >= 0")
+    if bench.decode and bench.ct2:
+        check_ct2_bench(cfg, bench)
     with tempfile.TemporaryDirectory() as scratch:  # set_up's TensorBoard writer is of no use here
         run = set_up(cfg, Path(scratch))
         run.monitor.close({})
@@ -443,11 +446,14 @@ def measure_decoding(run: Run, bench: BenchConfig) -> dict[str, Any]:
         max_positions, decoding, origin = ckpt_cfg.model.max_positions, cfg.decoding, bench.checkpoint
     else:
         model: Seq2Seq = run.model
+        tokenizer = data.tokenizer
         split = data.splits["test"]
         sources = [split.src(i) for i in range(n)]
         max_positions, origin = cfg.model.max_positions, "random"
         decoding = replace(cfg.decoding, max_len_a=bench.random_len_a, max_len_b=bench.random_len_b)
     searches = [("greedy", 1), (f"beam {bench.beam_size}", bench.beam_size)]
+
+    outputs = {}  # (beam, cache) -> the last run's hypotheses, for the CTranslate2 comparison
 
     def decode(beam: int, cache: bool, some: list) -> tuple[float, int]:
         settings = replace(decoding, beam_size=beam, nbest=1, cache=cache)
@@ -456,6 +462,7 @@ def measure_decoding(run: Run, bench: BenchConfig) -> dict[str, Any]:
         with autocast(run.device, run.precision):
             hyps = translate_ids(model, some, settings, run.device, max_positions)
         synchronize(run.device)
+        outputs[beam, cache] = hyps
         return time.perf_counter() - start, sum(len(h[0].tokens) + 1 for h in hyps)  # + EOS
 
     for _, beam in searches:  # warm up allocator and kernels
@@ -482,13 +489,18 @@ def measure_decoding(run: Run, bench: BenchConfig) -> dict[str, Any]:
         / next(r["seconds"] for r in rows if r["search"] == name and r["cache"])
         for name, _ in searches
     }
-    return {
+    out = {
         "model": origin,
         "sentences": n,
         "max_len": [decoding.max_len_a, decoding.max_len_b],
         "results": rows,
         "cache_speedup": speedup,
     }
+    if bench.ct2:
+        seconds = {r["search"]: r["seconds"] for r in rows if r["cache"]}
+        cached = {name: (seconds[name], outputs[beam, True]) for name, beam in searches}
+        out["ct2"] = measure_ct2(model, tokenizer, sources, decoding, searches, cached, bench, run.device)
+    return out
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -564,4 +576,4 @@ def _decoding_table(decode: dict[str, Any]) -> list[str]:
             f"{r['tgt_tokens_per_s']:>10.0f}{r['seconds']:>10.2f}"
         )
     speedups = ", ".join(f"{name} {x:.2f}x" for name, x in decode["cache_speedup"].items())
-    return [*out, f"cache speedup: {speedups}"]
+    return [*out, f"cache speedup: {speedups}", *(format_ct2(decode["ct2"]) if "ct2" in decode else [])]

@@ -271,6 +271,8 @@ class BenchConfig:
     random_len_b: int = 0  # about the length of real translations (Multi30k: 14.3 vs 14.2 subwords)
     matmul_size: int = 2048  # n of the n x n x n matmul that measures the device's ceiling
     output: str = "bench.json"  # written into the run dir
+    ct2: bool = False  # also decode with CTranslate2 (the same model exported) and report the speed ratio
+    ct2_quantizations: list[str] = field(default_factory=lambda: ["none"])  # one export each: [none,int8]
 
 
 @dataclass
@@ -298,6 +300,8 @@ class EvaluateConfig:
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
     eval: EvalFilesConfig = field(default_factory=EvalFilesConfig)
     device: str = "auto"
+    backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
+    ct2_model: str | None = None  # directory written by scripts/export_ct2.py from this checkpoint
 
 
 @dataclass
@@ -308,6 +312,20 @@ class TranslateConfig:
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
     batch_sentences: int = 64
     device: str = "auto"
+    backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
+    ct2_model: str | None = None  # directory written by scripts/export_ct2.py from this checkpoint
+
+
+@dataclass
+class ExportCT2Config:
+    """scripts/export_ct2.py: a Transformer checkpoint as a CTranslate2 model directory."""
+
+    checkpoint: str = MISSING
+    output: str = MISSING  # the model directory to write
+    # how the weights are stored: none (fp32) | int8 | int8_float32 | int8_float16 | int8_bfloat16 | int16
+    # | float16 | bfloat16; CTranslate2 computes in a type the device supports
+    quantization: str = "none"
+    force: bool = False  # replace an existing output directory
 
 
 @dataclass
@@ -364,6 +382,7 @@ def register_configs() -> None:
     cs.store(name="translate_schema", node=TranslateConfig)
     cs.store(name="average_schema", node=AverageConfig)
     cs.store(name="select_schema", node=SelectConfig)
+    cs.store(name="export_ct2_schema", node=ExportCT2Config)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
     cs.store(name="plot_curves_schema", node=PlotCurvesConfig)
     # Merged before the `train` config it extends, whose root schema (TrainConfig) then stays the type.

@@ -71,6 +71,7 @@ class EvalReport:
     sentences_per_s: float
     tokens_per_s: float
     device: str
+    backend: str  # torch or ct2
     step: int | None
 
     def as_dict(self) -> dict:
@@ -86,7 +87,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     """
     check_metrics(cfg.eval.metrics)  # a typo must not cost a whole decode
     device = select_device(cfg.device)
-    translator = Translator.from_checkpoint(cfg.checkpoint, device)
+    translator = Translator.from_checkpoint(cfg.checkpoint, device, cfg.backend, cfg.ct2_model)
     decoding = translator.decoding_with(cfg.decoding)
     sources, refs, test_name = evaluation_text(cfg, translator.cfg)
     started = time.perf_counter()
@@ -95,7 +96,8 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     elapsed = time.perf_counter() - started
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
 
-    stem = f"{Path(cfg.checkpoint).stem}.{test_name}.beam{decoding.beam_size}"
+    backend = ".ct2" if cfg.backend == "ct2" else ""
+    stem = f"{Path(cfg.checkpoint).stem}.{test_name}.beam{decoding.beam_size}{backend}"
     hyp_path = Path(cfg.eval.out) if cfg.eval.out else out_dir / f"{stem}.hyp"
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in hyp_text), encoding="utf-8")
@@ -115,6 +117,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
         sentences_per_s=round(len(sources) / elapsed, 2),
         tokens_per_s=round(out_tokens / elapsed, 1),
         device=str(device),
+        backend=cfg.backend,
         step=translator.step,
     )
     Path(report.report).write_text(json.dumps(report.as_dict(), indent=2) + "\n")

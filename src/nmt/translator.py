@@ -11,7 +11,8 @@ import torch
 
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.config import DecodingConfig, DecodingOverrides, TrainConfig, check_decoding, merge_decoding
-from nmt.decoding import Hypothesis, translate_ids
+from nmt.ct2_backend import CT2Backend, decode_ids, load_backend
+from nmt.decoding import Hypothesis
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
 from nmt.tokenizer import Tokenizer
@@ -29,16 +30,21 @@ class Translator:
         cfg: TrainConfig,
         device: torch.device,
         step: int | None = None,
+        ct2: CT2Backend | None = None,
     ):
         self.model, self.tokenizer, self.cfg, self.device = model, tokenizer, cfg, device
         self.step = step  # training updates behind the weights, when known
+        self.ct2 = ct2  # decode with CTranslate2 instead of the model (backend=ct2)
         self.max_source = cfg.model.max_positions - 1  # room for EOS
 
     @classmethod
-    def from_checkpoint(cls, path: str, device: torch.device) -> Translator:
+    def from_checkpoint(
+        cls, path: str, device: torch.device, backend: str = "torch", ct2_model: str | None = None
+    ) -> Translator:
         ckpt = load_checkpoint(path)
         model, tokenizer, cfg = model_from_checkpoint(ckpt, device)
-        return cls(model, tokenizer, cfg, device, ckpt.get("progress", {}).get("step"))
+        step = ckpt.get("progress", {}).get("step")
+        return cls(model, tokenizer, cfg, device, step, load_backend(backend, ct2_model, tokenizer, device))
 
     def decoding_with(self, overrides: DecodingOverrides) -> DecodingConfig:
         """The checkpoint's (tuned) decoding settings, with what ``overrides`` sets; checked."""
@@ -72,13 +78,14 @@ class Translator:
         """n-best lists of encoded sources (from :meth:`encode`); an empty source gets an empty list."""
         todo = [i for i, seq in enumerate(ids) if seq]
         out: list[list[Hypothesis]] = [[] for _ in ids]
-        results = translate_ids(
+        results = decode_ids(
             self.model,
             [ids[i] for i in todo],
             decoding,
             self.device,
             self.cfg.model.max_positions,
             progress=progress,
+            ct2=self.ct2,
         )
         for i, hyps in zip(todo, results):
             out[i] = hyps

@@ -1,0 +1,25 @@
+"""Export a checkpoint to CTranslate2: ``python scripts/export_ct2.py checkpoint=PATH output=DIR``.
+
+Add ``quantization=int8`` (or int8_float32, bfloat16, float16, ...) for smaller, faster weights.
+Translate with it: ``scripts/translate.py checkpoint=PATH backend=ct2 ct2_model=DIR``.
+"""
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.cli import run_cli
+from nmt.config import register_configs
+from nmt.export_ct2 import export_checkpoint
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="export_ct2")
+@run_cli
+def main(cfg: DictConfig) -> None:
+    cfg = OmegaConf.to_object(cfg)
+    print(f"CTranslate2 model written to {export_checkpoint(cfg)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""Export a trained Transformer to a CTranslate2 model directory (``scripts/export_ct2.py``).
+
+The weights are written into CTranslate2's ``TransformerSpec`` directly, not through one of its
+converters, so nothing here depends on another toolkit's layout. What has to agree for the exported
+model to compute exactly what ours computes:
+
+- positions: CTranslate2's built-in sinusoidal table is not ours (all sines, then all cosines, with
+  timescales 10000 ** (i / (d/2 - 1)); ours interleaves them with 10000 ** (2i / d)), so the model's
+  own table, sinusoidal or learned, is exported: row 0 for the first source token and for BOS;
+- embeddings are scaled by sqrt(d_model) before the positions are added (``scale_embeddings``);
+- layer norms: PyTorch's epsilon (1e-5) is written to ``config.json``; pre-norm stacks end with a
+  norm, post-norm ones do not (``no_final_norm`` is implied by ``pre_norm=False``);
+- vocabularies: the SentencePiece pieces in id order, so CTranslate2's token ids are ours (pad 0,
+  unk 1, bos 2, eos 3); the source gets EOS appended (``add_source_eos``, as ``decoding.pad_batch``
+  does) and decoding starts from BOS.
+
+The directory also holds the SentencePiece model(s) and ``nmt_export.json`` (the tokenizer's
+fingerprint, so :class:`nmt.ct2_backend.CT2Backend` can refuse a tokenizer that does not match).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from torch import nn
+
+from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint
+from nmt.config import ExportCT2Config, ModelConfig, TransformerConfig
+from nmt.errors import NMTError
+from nmt.models.attention import Attention, DotProductAttention
+from nmt.models.transformer import DecoderLayer, EncoderLayer, Residual, Transformer
+from nmt.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer
+
+QUANTIZATIONS = (
+    "none",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+)
+META_FILE = "nmt_export.json"
+
+
+def require_ctranslate2() -> ModuleType:
+    """The ``ctranslate2`` module, or an NMTError saying how to install it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise NMTError(
+            "CTranslate2 is not installed: pip install 'ctranslate2>=4.5' (or the project's [ct2] extra)"
+        ) from None
+    return ctranslate2
+
+
+def check_exportable(cfg: ModelConfig) -> None:
+    """Refuse, in one line, any model CTranslate2 has no spec for: before any weights are loaded."""
+    if not isinstance(cfg, TransformerConfig) or cfg.arch != "transformer":
+        raise NMTError(
+            f"model.arch={cfg.arch!r} cannot be exported to CTranslate2: only the Transformer with "
+            "dot-product attention has a CTranslate2 spec"
+        )
+    for key in ("self_attention", "cross_attention"):
+        if getattr(cfg, key) != "dot_product":
+            raise NMTError(
+                f"model.{key}={getattr(cfg, key)!r} cannot be exported to CTranslate2: it has no spec for "
+                "additive attention (only dot_product)"
+            )
+    if cfg.positional not in ("sinusoidal", "learned"):
+        raise NMTError(f"model.positional={cfg.positional!r} cannot be exported to CTranslate2")
+
+
+def check_quantization(quantization: str) -> None:
+    if quantization not in QUANTIZATIONS:
+        raise NMTError(f"quantization={quantization!r}: choose one of {', '.join(QUANTIZATIONS)}")
+
+
+# ------------------------------------------------------------------------------------------- the spec
+def _array(tensor) -> Any:
+    """A copy: CTranslate2 quantizes the arrays in place, which must not touch the model's weights."""
+    return tensor.detach().float().cpu().numpy().copy()
+
+
+def _linear(spec, module: nn.Linear) -> None:
+    spec.weight = _array(module.weight)
+    if module.bias is not None:
+        spec.bias = _array(module.bias)
+
+
+def _norm(spec, module: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(module.weight), _array(module.bias)
+
+
+def _fused(spec, modules: list[nn.Linear]) -> None:
+    """One linear layer computing several (q|k|v or k|v), as CTranslate2 stores attention inputs."""
+    import numpy as np
+
+    spec.weight = np.concatenate([_array(m.weight) for m in modules])
+    spec.bias = np.concatenate([_array(m.bias) for m in modules])
+
+
+def _attention(spec, attn: Attention, residual: Residual, self_attention: bool) -> None:
+    if type(attn) is not DotProductAttention:
+        raise NMTError(
+            f"{type(attn).__name__} cannot be exported to CTranslate2 (dot-product attention only)"
+        )
+    if self_attention:
+        _fused(spec.linear[0], [attn.q_proj, attn.k_proj, attn.v_proj])
+    else:
+        _linear(spec.linear[0], attn.q_proj)
+        _fused(spec.linear[1], [attn.k_proj, attn.v_proj])
+    _linear(spec.linear[-1], attn.out_proj)
+    _norm(spec.layer_norm, residual.norm)
+
+
+def _feed_forward(spec, layer: EncoderLayer | DecoderLayer) -> None:
+    _linear(spec.linear_0, layer.ff[0])
+    _linear(spec.linear_1, layer.ff[3])
+    _norm(spec.layer_norm, layer.res_ff.norm)
+
+
+def _inputs(spec, embed) -> None:
+    """Token embeddings and the model's own position table (learned or sinusoidal)."""
+    spec_embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    spec_embeddings.weight = _array(embed.tokens.weight)
+    spec.scale_embeddings = True  # sqrt(d_model), as nmt.models.transformer.Embedding
+    spec.position_encodings.encodings = _array(embed.positions.weight if embed.learned else embed.table)
+
+
+def build_spec(model: Transformer, tokenizer: Tokenizer):
+    """The CTranslate2 ``TransformerSpec`` of ``model``, with vocabularies and special tokens set."""
+    require_ctranslate2()
+    from ctranslate2.specs import transformer_spec
+
+    cfg = model.cfg
+    check_exportable(cfg)
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.norm_first
+    )
+    _inputs(spec.encoder, model.src_embed)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder):
+        _attention(layer_spec.self_attention, layer.attn, layer.res_attn, self_attention=True)
+        _feed_forward(layer_spec.ffn, layer)
+    _inputs(spec.decoder, model.tgt_embed)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder):
+        _attention(layer_spec.self_attention, layer.self_attn, layer.res_self, self_attention=True)
+        _attention(layer_spec.attention, layer.cross_attn, layer.res_cross, self_attention=False)
+        _feed_forward(layer_spec.ffn, layer)
+    if cfg.norm_first:
+        _norm(spec.encoder.layer_norm, model.enc_norm)
+        _norm(spec.decoder.layer_norm, model.dec_norm)
+    _linear(spec.decoder.projection, model.output)
+
+    src_vocab = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
+    tgt_vocab = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
+    specials = [tgt_vocab[UNK_ID], tgt_vocab[BOS_ID], tgt_vocab[EOS_ID]]
+    if src_vocab[EOS_ID] != tgt_vocab[EOS_ID]:
+        raise NMTError(
+            f"source and target EOS pieces differ ({src_vocab[EOS_ID]!r} vs {tgt_vocab[EOS_ID]!r}): "
+            "CTranslate2 has one EOS token for both"
+        )
+    spec.register_source_vocabulary(src_vocab)
+    spec.register_target_vocabulary(tgt_vocab)
+    config = spec.config
+    config.unk_token, config.bos_token, config.eos_token = specials
+    config.decoder_start_token = tgt_vocab[BOS_ID]
+    config.add_source_bos, config.add_source_eos = False, True
+    config.layer_norm_epsilon = next(m.eps for m in model.modules() if isinstance(m, nn.LayerNorm))
+    return spec
+
+
+# ------------------------------------------------------------------------------------------ exporting
+def export_model(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    output: str | Path,
+    quantization: str = "none",
+    force: bool = False,
+    meta: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``model`` (and its SentencePiece models) as a CTranslate2 model directory ``output``.
+
+    The directory is filled under a temporary name and renamed at the end, so an interrupted export
+    never leaves a directory the backend would load.
+    """
+    check_quantization(quantization)
+    output = Path(output)
+    if output.exists() and not force:
+        raise NMTError(f"output={output} already exists; remove it or add force=true")
+    spec = build_spec(model, tokenizer)
+    spec.validate()
+    spec.optimize(quantization=None if quantization == "none" else quantization)
+    tmp = output.with_name(f".{output.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        spec.save(str(tmp))
+        protos = tokenizer.state_dict()
+        if tokenizer.joint:
+            (tmp / "sentencepiece.model").write_bytes(protos["src"])
+        else:
+            (tmp / "source.model").write_bytes(protos["src"])
+            (tmp / "target.model").write_bytes(protos["tgt"])
+        info = {
+            "tokenizer_fingerprint": tokenizer.fingerprint,
+            "joint_vocabulary": tokenizer.joint,
+            "max_positions": model.cfg.max_positions,
+            "quantization": quantization,
+            **(meta or {}),
+        }
+        (tmp / META_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        if output.exists():
+            shutil.rmtree(output)
+        tmp.rename(output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return output
+
+
+def export_checkpoint(cfg: ExportCT2Config) -> Path:
+    """``scripts/export_ct2.py``: check that the checkpoint's model can be exported, then export it."""
+    check_quantization(cfg.quantization)
+    require_ctranslate2()
+    ckpt = load_checkpoint(cfg.checkpoint)
+    check_exportable(checkpoint_config(ckpt).model)
+    model, tokenizer, _ = model_from_checkpoint(ckpt, "cpu")
+    meta = {"checkpoint": str(Path(cfg.checkpoint).resolve()), "step": ckpt.get("progress", {}).get("step")}
+    return export_model(model, tokenizer, cfg.output, cfg.quantization, cfg.force, meta)
+
+
+def read_export_info(model_dir: str | Path) -> dict[str, Any]:
+    """``nmt_export.json`` of an exported model; an NMTError when ``model_dir`` is not one."""
+    path = Path(model_dir) / META_FILE
+    if not path.is_file():
+        raise NMTError(
+            f"{model_dir}: not a model directory written by scripts/export_ct2.py (no {META_FILE})"
+        )
+    return json.loads(path.read_text())

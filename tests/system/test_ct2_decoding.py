@@ -1,0 +1,100 @@
+"""The session's trained toy model, exported with scripts/export_ct2.py, decodes like PyTorch through
+the CTranslate2 backend: greedy output tokens equal, beam search agreeing on >= 99 % of sentences, and
+the same translations from scripts/translate.py and evaluation with ``backend=ct2``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt.config import EvaluateConfig
+from nmt.data import prepare_text, read_lines
+from nmt.decoding import translate_ids
+from nmt.evaluation import evaluate_checkpoint
+from nmt.translator import Translator
+
+pytest.importorskip("ctranslate2")
+
+from nmt.ct2_backend import CT2Backend  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def exported(toy, toy_run, tmp_path_factory) -> Path:
+    """The toy model's last checkpoint as a CTranslate2 model directory, written by the script."""
+    output = tmp_path_factory.mktemp("ct2") / "model"
+    proc = toy.script(
+        "export_ct2.py",
+        f"checkpoint={toy_run.checkpoints / 'last.pt'}",
+        f"output={output}",
+        cwd=output.parent,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return output
+
+
+@pytest.fixture(scope="module")
+def setup(toy_run, exported):
+    """The PyTorch translator, the CTranslate2 backend and the tokenised test + valid sources."""
+    translator = Translator.from_checkpoint(str(toy_run.checkpoints / "last.pt"), torch.device("cpu"))
+    backend = CT2Backend(exported, translator.tokenizer, threads=1)
+    text = prepare_text(toy_run.cfg.data, progress=False)
+    sources = translator.tokenizer.encode_src(read_lines(text / "test.src") + read_lines(text / "valid.src"))
+    return translator, backend, sources
+
+
+def decode_both(setup, **decoding):
+    translator, backend, sources = setup
+    cfg = replace(translator.cfg.decoding, **decoding)
+    ours = translate_ids(translator.model, sources, cfg, "cpu", translator.cfg.model.max_positions)
+    return ours, backend.translate_ids(sources, cfg)
+
+
+def test_greedy_output_tokens_are_the_same(setup):
+    ours, theirs = decode_both(setup, beam_size=1)
+    assert len(ours) == 400
+    for a, b in zip(ours, theirs):
+        assert a[0].tokens == b[0].tokens
+        # Equal up to the probability of PAD and BOS, which CTranslate2 removes before its softmax.
+        assert b[0].log_prob == pytest.approx(a[0].log_prob, abs=5e-3)
+
+
+def test_beam_search_agrees_on_almost_every_sentence(setup):
+    ours, theirs = decode_both(setup)  # the toy experiment's beam 5, alpha 0.6
+    same = sum(a[0].tokens == b[0].tokens for a, b in zip(ours, theirs))
+    assert same >= 0.99 * len(ours)
+
+
+def test_translate_script_with_the_ct2_backend(toy, toy_run, exported, setup, tmp_path):
+    translator, _, _ = setup
+    text = prepare_text(toy_run.cfg.data, progress=False)
+    inputs = [*read_lines(text / "test.src")[:20], ""]
+    checkpoint = toy_run.checkpoints / "last.pt"
+    stdin = "".join(line + "\n" for line in inputs)
+    proc = toy.script(
+        "translate.py",
+        f"checkpoint={checkpoint}",
+        "backend=ct2",
+        f"ct2_model={exported}",
+        cwd=tmp_path,
+        stdin=stdin,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:-1] == translator.translate(inputs, translator.cfg.decoding)
+
+    refused = toy.script("translate.py", f"checkpoint={checkpoint}", "backend=ct2", cwd=tmp_path, stdin=stdin)
+    assert refused.returncode == 1 and refused.stderr.startswith("error: backend=ct2 needs ct2_model=DIR")
+
+
+def test_evaluation_with_the_ct2_backend(toy_run, exported, tmp_path):
+    torch_cfg = EvaluateConfig(checkpoint=str(toy_run.checkpoints / "last.pt"), device="cpu")
+    ct2_cfg = replace(torch_cfg, backend="ct2", ct2_model=str(exported))
+    ct2 = evaluate_checkpoint(ct2_cfg, tmp_path)
+    ours = evaluate_checkpoint(torch_cfg, tmp_path)
+    assert ct2.backend == "ct2" and Path(ct2.hypotheses).name.endswith(".ct2.hyp")
+    assert ct2.hypotheses != ours.hypotheses
+    assert abs(ct2.scores["bleu"].score - ours.scores["bleu"].score) < 1.0

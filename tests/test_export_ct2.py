@@ -1,0 +1,307 @@
+"""CTranslate2 export and backend on tiny random models: the exported model computes what ours computes
+(teacher-forced log-probabilities equal within fp32 rounding) for every exportable architecture
+variant, what cannot be exported is refused in one line, and the backend plugs into our decoding API.
+Decoding agreement on a trained model: tests/system/test_ct2_decoding.py."""
+
+from __future__ import annotations
+
+import io
+import random
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
+from nmt.benchmark import format_report, run_benchmark
+from nmt.checkpoint import FORMAT_VERSION, atomic_save
+from nmt.config import (
+    DecodingConfig,
+    ExportCT2Config,
+    RNNSearchConfig,
+    ToyDataConfig,
+    TrainConfig,
+    TransformerConfig,
+    register_configs,
+    to_container,
+)
+from nmt.decoding import pad_batch, translate_ids
+from nmt.errors import NMTError
+from nmt.models import Transformer
+from nmt.tokenizer import BOS_ID, EOS_ID, Tokenizer
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+from nmt.ct2_backend import CT2Backend, ct2_length_penalty, load_backend  # noqa: E402
+from nmt.export_ct2 import check_exportable, export_checkpoint, export_model  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = TransformerConfig(
+    d_model=32, ff_dim=64, heads=4, encoder_layers=2, decoder_layers=2, max_positions=48, dropout=0.0
+)
+
+
+def sentencepiece_model(seed: int, vocab_size: int) -> tuple[bytes, list[str]]:
+    """A small BPE model with our special ids, and the text it was trained on."""
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdefghijklm") for _ in range(rng.randint(2, 7))) for _ in range(80)]
+    text = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(300)]
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text),
+        model_writer=proto,
+        vocab_size=vocab_size,
+        model_type="bpe",
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        minloglevel=2,
+    )
+    return proto.getvalue(), text
+
+
+@pytest.fixture(scope="module")
+def spm_models() -> dict:
+    src, text = sentencepiece_model(0, 90)
+    tgt, _ = sentencepiece_model(1, 70)
+    return {"joint": Tokenizer(src), "separate": Tokenizer(src, tgt), "text": text}
+
+
+def random_model(cfg: TransformerConfig, tokenizer: Tokenizer, seed: int = 0) -> Transformer:
+    """Random weights, including layer norms and biases (initialised to 1 and 0), so all are checked."""
+    torch.manual_seed(seed)
+    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.normal_(1.0, 0.2)
+                module.bias.normal_(0.0, 0.2)
+            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0.0, 0.2)
+    return model.eval()
+
+
+def torch_log_probs(model: Transformer, src: list[int], tgt: list[int]) -> list[float]:
+    """Teacher-forced log P of each target token and of the final EOS (source with EOS appended)."""
+    with torch.no_grad():
+        logits = model(pad_batch([src], "cpu"), torch.tensor([[BOS_ID, *tgt]]))
+    log_probs = torch.log_softmax(logits.float(), dim=-1)[0]
+    return log_probs[torch.arange(len(tgt) + 1), torch.tensor([*tgt, EOS_ID])].tolist()
+
+
+def checkpoint(model_cfg, tokenizer_state: dict, model_state: dict | None = None) -> dict:
+    return {
+        "format": FORMAT_VERSION,
+        "model": model_state or {},
+        "config": to_container(TrainConfig(data=ToyDataConfig(), model=model_cfg)),
+        "tokenizer": tokenizer_state,
+        "progress": {"step": 7},
+    }
+
+
+# ------------------------------------------------------------------------------------ score parity
+
+
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre-norm", "post-norm"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("vocab", ["joint-tied", "joint-untied", "separate"])
+def test_exported_model_scores_like_pytorch(spm_models, tmp_path, norm_first, positional, vocab):
+    tokenizer = spm_models["separate" if vocab == "separate" else "joint"]
+    cfg = replace(TINY, norm_first=norm_first, positional=positional, share_embeddings=vocab == "joint-tied")
+    model = random_model(cfg, tokenizer)
+    backend = CT2Backend(export_model(model, tokenizer, tmp_path / "ct2"), tokenizer, threads=1)
+
+    text = spm_models["text"]
+    sources = tokenizer.encode_src(text[:6])  # different lengths: padded batches on both sides
+    targets = [t[: 5 + 4 * i] for i, t in enumerate(tokenizer.encode_tgt(text[6:12]))]
+    # Long enough to use positions far from 0 (the tables must line up everywhere).
+    sources.append(tokenizer.encode_src([" ".join(text[20:26])])[0][: TINY.max_positions - 1])
+    targets.append(tokenizer.encode_tgt([" ".join(text[30:36])])[0][: TINY.max_positions - 1])
+    got = backend.score_ids(sources, targets)
+    for src, tgt, ct2_scores in zip(sources, targets, got):
+        assert ct2_scores == pytest.approx(torch_log_probs(model, src, tgt), abs=2e-4)
+
+
+def test_shared_and_separate_vocabularies_are_written(spm_models, tmp_path):
+    joint, separate = spm_models["joint"], spm_models["separate"]
+    one = export_model(random_model(TINY, joint), joint, tmp_path / "joint")
+    two = export_model(
+        random_model(replace(TINY, share_embeddings=False), separate), separate, tmp_path / "sep"
+    )
+    assert {"shared_vocabulary.json", "sentencepiece.model", "nmt_export.json"} <= {
+        p.name for p in one.iterdir()
+    }
+    names = {p.name for p in two.iterdir()}
+    assert {"source_vocabulary.json", "target_vocabulary.json", "source.model", "target.model"} <= names
+    assert (one / "sentencepiece.model").read_bytes() == joint.state_dict()["src"]
+
+
+def test_quantized_export_leaves_the_model_alone_and_scores_close(spm_models, tmp_path):
+    tokenizer = spm_models["joint"]
+    model = random_model(TINY, tokenizer)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    sources, targets = (
+        tokenizer.encode_src(spm_models["text"][:4]),
+        tokenizer.encode_tgt(spm_models["text"][4:8]),
+    )
+    reference = [torch_log_probs(model, s, t) for s, t in zip(sources, targets)]
+    for quantization in ("int8", "float16"):
+        backend = CT2Backend(export_model(model, tokenizer, tmp_path / quantization, quantization), tokenizer)
+        for got, want in zip(backend.score_ids(sources, targets), reference):
+            assert got == pytest.approx(want, abs=0.1)
+    # CTranslate2 quantizes the arrays it is given in place: ours must have been copies.
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+# ------------------------------------------------------------------------------------ the backend
+
+
+def test_greedy_decoding_of_a_random_model_matches(spm_models, tmp_path):
+    """A random model runs every sentence to its length budget: the cut-and-rescore path."""
+    tokenizer = spm_models["joint"]
+    model = random_model(TINY, tokenizer)
+    backend = CT2Backend(export_model(model, tokenizer, tmp_path / "ct2"), tokenizer, threads=1)
+    sources = tokenizer.encode_src(spm_models["text"][:12])
+    cfg = DecodingConfig(beam_size=1, max_len_a=1.0, max_len_b=2)
+    ours = translate_ids(model, sources, cfg, "cpu", TINY.max_positions)
+    theirs = backend.translate_ids(sources, cfg)
+    for a, b in zip(ours, theirs):
+        assert a[0].tokens == b[0].tokens
+        assert b[0].log_prob == pytest.approx(a[0].log_prob, abs=1e-3)
+        assert b[0].score == pytest.approx(a[0].score, abs=1e-3)
+
+
+def test_backend_returns_nbest_hypotheses_ranked_by_our_score(spm_models, tmp_path):
+    tokenizer = spm_models["joint"]
+    backend = CT2Backend(export_model(random_model(TINY, tokenizer), tokenizer, tmp_path / "m"), tokenizer)
+    sources = tokenizer.encode_src(spm_models["text"][:5])
+    hyps = backend.translate_ids(sources, DecodingConfig(beam_size=4, nbest=3, max_len_a=0.5, max_len_b=3))
+    for src, nbest in zip(sources, hyps):
+        assert len(nbest) == 3 and [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
+        assert all(len(h.tokens) <= int(0.5 * (len(src) + 1) + 3) for h in nbest)
+
+
+def test_backend_refuses_a_model_exported_with_another_tokenizer(spm_models, tmp_path):
+    joint, separate = spm_models["joint"], spm_models["separate"]
+    model_dir = export_model(random_model(TINY, joint), joint, tmp_path / "m")
+    with pytest.raises(NMTError, match="different tokenizer"):
+        CT2Backend(model_dir, separate)
+    with pytest.raises(NMTError, match="not a model directory written by scripts/export_ct2.py"):
+        CT2Backend(tmp_path, joint)
+
+
+def test_load_backend_checks_its_settings(spm_models):
+    tokenizer = spm_models["joint"]
+    assert load_backend("torch", None, tokenizer, torch.device("cpu")) is None
+    with pytest.raises(NMTError, match="backend='onnx'"):
+        load_backend("onnx", None, tokenizer, torch.device("cpu"))
+    with pytest.raises(NMTError, match="needs ct2_model=DIR"):
+        load_backend("ct2", None, tokenizer, torch.device("cpu"))
+
+
+def test_ct2_length_penalty_grows_like_gnmt_at_the_given_length():
+    alpha, n = 0.6, 20
+    gnmt = lambda m: alpha * torch.log(torch.tensor((5.0 + m) / 6.0))  # noqa: E731
+    lp = ct2_length_penalty(alpha, n)
+    slope_gnmt = (gnmt(n + 0.01) - gnmt(n - 0.01)) / 0.02
+    slope_ct2 = lp * (torch.log(torch.tensor(n + 0.01)) - torch.log(torch.tensor(n - 0.01))) / 0.02
+    assert float(slope_ct2) == pytest.approx(float(slope_gnmt), rel=1e-3)
+    assert ct2_length_penalty(0.0, n) > 0  # 0 would switch CTranslate2 to stopping at the first end
+
+
+# --------------------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    "model_cfg",
+    [
+        replace(TINY, cross_attention="additive"),
+        replace(TINY, self_attention="additive"),
+        RNNSearchConfig(embed_dim=8, hidden_size=8, attention_dim=8, readout_dim=4),
+    ],
+    ids=["additive-cross", "additive-self", "rnnsearch"],
+)
+def test_unexportable_models_are_refused_before_loading(tmp_path, model_cfg):
+    # Neither weights nor tokenizer are valid: the refusal must come first, from the config alone.
+    path = tmp_path / "model.pt"
+    atomic_save(checkpoint(model_cfg, {"src": b"not a sentencepiece model", "tgt": None}), path)
+    with pytest.raises(NMTError, match="cannot be exported to CTranslate2") as e:
+        export_checkpoint(ExportCT2Config(checkpoint=str(path), output=str(tmp_path / "out")))
+    assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
+    with pytest.raises(NMTError):
+        check_exportable(model_cfg)
+
+
+def test_export_script_writes_the_model_and_refuses_in_one_line(spm_models, tmp_path):
+    tokenizer = spm_models["joint"]
+    model = random_model(TINY, tokenizer)
+    good, bad = tmp_path / "good.pt", tmp_path / "bad.pt"
+    atomic_save(checkpoint(TINY, tokenizer.state_dict(), model.state_dict()), good)
+    atomic_save(checkpoint(replace(TINY, cross_attention="additive"), tokenizer.state_dict()), bad)
+
+    def export(*args: str) -> subprocess.CompletedProcess:
+        script = str(REPO / "scripts" / "export_ct2.py")
+        return subprocess.run([sys.executable, script, *args], cwd=tmp_path, capture_output=True, text=True)
+
+    proc = export(f"checkpoint={good}", "output=ct2", "quantization=int8")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "ct2" / "model.bin").is_file() and "ct2" in proc.stdout
+    with pytest.raises(NMTError, match="already exists; remove it or add force=true"):
+        export_checkpoint(ExportCT2Config(checkpoint=str(good), output=str(tmp_path / "ct2")))
+    export_checkpoint(ExportCT2Config(checkpoint=str(good), output=str(tmp_path / "ct2"), force=True))
+    refused = export(f"checkpoint={bad}", "output=other")
+    assert refused.returncode == 1 and not (tmp_path / "other").exists()
+    assert refused.stderr.strip().startswith("error: model.cross_attention='additive' cannot be exported")
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pt", "ct2", "good.pt"]  # no log files
+
+
+# -------------------------------------------------------------------------------------- benchmark
+
+
+def test_benchmark_reports_both_backends(tmp_path):
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        composed = compose(
+            "benchmark",
+            overrides=[
+                "experiment=toy",
+                "data=toy",
+                f"data.cache_dir={tmp_path / 'data'}",
+                "data.train_size=300",
+                "data.test_size=12",
+                "model.d_model=32",
+                "model.ff_dim=64",
+                "model.heads=2",
+                "bench.train=false",
+                "bench.beam_size=2",
+                "bench.matmul_size=64",
+                "bench.ct2=true",
+                "bench.ct2_quantizations=[none,int8]",
+            ],
+        )
+    bench = OmegaConf.to_object(composed.bench)
+    with open_dict(composed):
+        del composed["bench"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        results = run_benchmark(OmegaConf.to_object(composed), bench, tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+    ct2 = results["decode"]["ct2"]
+    assert [(r["quantization"], r["search"]) for r in ct2["results"]] == [
+        ("none", "greedy"),
+        ("none", "beam 2"),
+        ("int8", "greedy"),
+        ("int8", "beam 2"),
+    ]
+    assert all(r["sentences_per_s"] > 0 and r["speedup_over_torch"] > 0 for r in ct2["results"])
+    assert ct2["results"][0]["same_as_torch"] == 1.0  # greedy, fp32: the same tokens
+    assert "CTranslate2" in format_report(results)
