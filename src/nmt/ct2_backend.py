@@ -1,8 +1,8 @@
 """Decoding with CTranslate2 (the model exported by ``scripts/export_ct2.py``) behind our decoding API.
 
 :class:`CT2Backend` turns source id lists and a :class:`~nmt.config.DecodingConfig` into the same
-:class:`~nmt.decoding.Hypothesis` lists as :func:`nmt.decoding.translate_ids`, so the Translator and
-evaluation choose a backend with one argument (:func:`decode_ids`).
+:class:`~nmt.decoding.Hypothesis` lists as :func:`nmt.decoding.translate_ids`, so the Translator (and
+through it evaluation) chooses a backend with one argument (``backend=torch|ct2``).
 
 The searches are the same procedure: greedy, or beam search that keeps the 2k best extensions per
 step, finishes those among the first k that end in EOS, and is done with k finished hypotheses or at
@@ -41,10 +41,9 @@ import torch
 from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
-from nmt.decoding import Hypothesis, length_penalty, translate_ids
+from nmt.decoding import Hypothesis, length_penalty
 from nmt.errors import NMTError
 from nmt.export_ct2 import read_export_info, require_ctranslate2
-from nmt.models import Seq2Seq
 from nmt.tokenizer import BOS_ID, PAD_ID, Tokenizer
 
 BACKENDS = ("torch", "ct2")
@@ -182,18 +181,3 @@ def load_backend(
     if not ct2_model:
         raise NMTError("backend=ct2 needs ct2_model=DIR, a directory written by scripts/export_ct2.py")
     return CT2Backend(ct2_model, tokenizer, device)
-
-
-def decode_ids(
-    model: Seq2Seq,
-    sources: Sequence[Sequence[int]],
-    cfg: DecodingConfig,
-    device: torch.device | str,
-    max_positions: int,
-    progress: bool = False,
-    ct2: CT2Backend | None = None,
-) -> list[list[Hypothesis]]:
-    """n-best hypotheses per source from CTranslate2 when ``ct2`` is given, else from ``model``."""
-    if ct2 is not None:
-        return ct2.translate_ids(sources, cfg, progress)
-    return translate_ids(model, sources, cfg, device, max_positions, progress=progress)

@@ -11,8 +11,8 @@ import torch
 
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.config import DecodingConfig, DecodingOverrides, TrainConfig, check_decoding, merge_decoding
-from nmt.ct2_backend import CT2Backend, decode_ids, load_backend
-from nmt.decoding import Hypothesis
+from nmt.ct2_backend import CT2Backend, load_backend
+from nmt.decoding import Hypothesis, translate_ids
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
 from nmt.tokenizer import Tokenizer
@@ -78,15 +78,14 @@ class Translator:
         """n-best lists of encoded sources (from :meth:`encode`); an empty source gets an empty list."""
         todo = [i for i, seq in enumerate(ids) if seq]
         out: list[list[Hypothesis]] = [[] for _ in ids]
-        results = decode_ids(
-            self.model,
-            [ids[i] for i in todo],
-            decoding,
-            self.device,
-            self.cfg.model.max_positions,
-            progress=progress,
-            ct2=self.ct2,
-        )
+        sources = [ids[i] for i in todo]
+        if self.ct2 is not None:
+            results = self.ct2.translate_ids(sources, decoding, progress)
+        else:
+            max_positions = self.cfg.model.max_positions
+            results = translate_ids(
+                self.model, sources, decoding, self.device, max_positions, progress=progress
+            )
         for i, hyps in zip(todo, results):
             out[i] = hyps
         return out
