@@ -1,4 +1,4 @@
-"""Scores with sacrebleu (BLEU, chrF, TER), each with its signature, and evaluation reports."""
+"""Scores with sacrebleu (BLEU, chrF, TER), each with its signature, also by source length, and reports."""
 
 from __future__ import annotations
 
@@ -52,6 +52,57 @@ def format_scores(scores: dict[str, Score]) -> str:
     return "\n".join(f"{s.text}\n  signature: {s.signature}" for s in scores.values())
 
 
+LENGTH_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 10), (11, 20), (21, 30), (31, 50), (51, None))
+
+
+def scores_by_length(
+    src_lengths: Sequence[int],
+    hyps: Sequence[str],
+    refs: Sequence[str],
+    buckets: Sequence[tuple[int, int | None]] = LENGTH_BUCKETS,
+    metrics: Sequence[str] = ("bleu", "chrf"),
+) -> list[dict]:
+    """Corpus scores of the sentences in each source-length bucket (inclusive bounds, None = no upper
+    bound): where a model breaks down with length, which one corpus score hides.
+
+    One row per bucket, ``{"bucket": "11-20", "sentences": n, "bleu": ..., "chrf": ...}``; a bucket without
+    sentences keeps its row with n = 0 and no scores (None), so tables of different runs line up.
+    Sentences in no bucket (e.g. empty sources when the buckets start at 1) get a last row "other",
+    so the counts always add up to the corpus.
+    """
+    if not len(src_lengths) == len(hyps) == len(refs):
+        raise ValueError(f"{len(src_lengths)} source lengths, {len(hyps)} hypotheses, {len(refs)} references")
+    rows, placed = [], set()
+    for low, high in buckets:
+        members = [i for i, n in enumerate(src_lengths) if n >= low and (high is None or n <= high)]
+        label = f"{low}-{high}" if high is not None else f"{low}+"
+        rows.append(_bucket_row(label, members, hyps, refs, metrics))
+        placed.update(members)
+    rest = [i for i in range(len(src_lengths)) if i not in placed]
+    if rest:
+        rows.append(_bucket_row("other", rest, hyps, refs, metrics))
+    return rows
+
+
+def _bucket_row(
+    label: str, members: list[int], hyps: Sequence[str], refs: Sequence[str], metrics: Sequence[str]
+) -> dict:
+    row: dict = {"bucket": label, "sentences": len(members)}
+    scores = corpus_scores([hyps[i] for i in members], [refs[i] for i in members], metrics) if members else {}
+    row.update({name: scores[name].score if members else None for name in metrics})
+    return row
+
+
+def format_by_length(rows: list[dict]) -> str:
+    """The by-length rows as a table: source subwords, sentences, then one column per metric."""
+    metrics = [key for key in rows[0] if key not in ("bucket", "sentences")]
+    lines = [f"{'src len':<10}{'sentences':>10}" + "".join(f"{m:>10}" for m in metrics)]
+    for row in rows:
+        values = "".join(f"{row[m]:>10.2f}" if row[m] is not None else f"{'-':>10}" for m in metrics)
+        lines.append(f"{row['bucket']:<10}{row['sentences']:>10}" + values)
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------- checkpoint evaluation
 def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path, overrides: list[str] = ()) -> dict:
     """Decode a split (or ``eval.src``) with a checkpoint, score against the raw references, write
@@ -93,12 +144,16 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path, overrides: list[str]
         "device": str(device),
         "step": ckpt.get("progress", {}).get("step"),
     }
+    if cfg.eval.by_length:
+        lengths = [len(s) for s in src_ids]  # source subwords
+        report["by_length"] = scores_by_length(lengths, hyp_text, refs, metrics=cfg.eval.metrics)
     report_path = hyp_path.with_suffix(".json")
     report_path.write_text(json.dumps(report, indent=2) + "\n")
     report["report"] = str(report_path)
     report["score_objects"] = scores
     if cfg.eval.tb_dir:
-        log_scores_to_tensorboard(Path(cfg.eval.tb_dir), test_name, scores, report["step"] or 0)
+        step, by_length = report["step"] or 0, report.get("by_length")
+        log_scores_to_tensorboard(Path(cfg.eval.tb_dir), test_name, scores, step, by_length)
     return report
 
 
@@ -134,10 +189,17 @@ def evaluation_text(cfg: EvaluateConfig, train_cfg: TrainConfig) -> tuple[list[s
     return sources, refs, cfg.data.split
 
 
-def log_scores_to_tensorboard(run_dir: Path, test_name: str, scores: dict[str, Score], step: int) -> None:
+def log_scores_to_tensorboard(
+    run_dir: Path, test_name: str, scores: dict[str, Score], step: int, by_length: list[dict] | None = None
+) -> None:
+    """Scalars ``eval_{test}/{metric}``, plus ``eval_{test}/{metric}_len_{bucket}`` per by-length row."""
     from torch.utils.tensorboard import SummaryWriter
 
     with SummaryWriter(str(run_dir / "tb")) as writer:
         for name, s in scores.items():
             writer.add_scalar(f"eval_{test_name}/{name}", s.score, step)
             writer.add_text(f"eval_{test_name}/{name}_signature", s.signature, step)
+        for row in by_length or []:
+            for name in scores:
+                if row[name] is not None:
+                    writer.add_scalar(f"eval_{test_name}/{name}_len_{row['bucket']}", row[name], step)
