@@ -1,7 +1,7 @@
 """Evaluate a checkpoint: ``python scripts/evaluate.py checkpoint=PATH [data.split=test] ...``.
 
-Prints BLEU and chrF (sacrebleu, with signatures); writes the hypotheses and a JSON report into
-``eval/`` beside the run's checkpoints folder.
+Prints BLEU and chrF (sacrebleu, with signatures), with ``eval.by_length=true`` also per source-length
+bucket; writes the hypotheses and a JSON report into ``eval/`` beside the run's checkpoints folder.
 """
 
 from pathlib import Path
@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import run_cli
 from nmt.config import register_configs
-from nmt.evaluation import evaluate_checkpoint, format_scores, report_dir
+from nmt.evaluation import evaluate_checkpoint, format_by_length, format_scores, report_dir
 
 register_configs()
 
@@ -22,6 +22,8 @@ def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     report = evaluate_checkpoint(cfg, report_dir(Path(cfg.checkpoint)))
     print(format_scores(report.scores))
+    if report.by_length:
+        print(format_by_length(report.by_length))
     print(
         f"{report.sentences} sentences in {report.elapsed_s:.1f} s "
         f"({report.sentences_per_s:.1f} sent/s, {report.tokens_per_s:.0f} tok/s)"

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf, open_dict
 from nmt.benchmark import ReferenceTransformer, format_report, run_benchmark, transformer_flops
 from nmt.config import BenchConfig, TrainConfig, TransformerConfig, register_configs
 from nmt.data import Batch
-from nmt.models import Transformer, count_parameters
+from nmt.models import Transformer, count_parameters, kv_cache_bytes
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -82,6 +82,7 @@ def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread):
         "model.d_model=32",
         "model.ff_dim=64",
         "model.heads=2",
+        "model.kv_heads=1",
         "bench.warmup_steps=1",
         "bench.steps=2",
         "bench.beam_size=2",
@@ -98,6 +99,10 @@ def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread):
     assert 0 <= train["batches"]["padding_fraction"] < 1 and train["model_flops_per_token"] > 0
     assert decode["sentences"] == 12 and len(decode["results"]) == 4
     assert set(decode["cache_speedup"]) == {"greedy", "beam 2"}
+    kv = decode["kv_cache_per_sentence"]
+    assert kv["kv_heads"] == 1 and kv["dtype_bytes"] == 4 and kv["src_positions"] > 1
+    assert kv["bytes"] == kv_cache_bytes(cfg.model, kv["tgt_positions"], kv["src_positions"], 4)
+    assert kv["beam_bytes"] == 2 * kv["bytes"]
     json.dumps(results)  # the script writes it as JSON
     report = format_report(results)
-    assert "project/reference" in report and "cache speedup" in report
+    assert "project/reference" in report and "cache speedup" in report and "KV cache per sentence" in report

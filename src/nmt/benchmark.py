@@ -29,7 +29,10 @@ output would run to the length budget (1.2 * src_len + 10 by default), which is 
 of real translations and inflates the uncached cost most; without ``bench.checkpoint`` the budget is
 therefore ``bench.random_len_a * src_len + bench.random_len_b`` (default: the source length, close to
 the reference length on Multi30k). The random model is the initial one, from before the training
-measurement. With a checkpoint, the configured ``decoding`` settings apply.
+measurement. With a checkpoint, the configured ``decoding`` settings apply. For a Transformer the
+decoding results also give the key/value cache of one sentence at the mean source length (EOS
+included) and mean greedy output length (BOS and output tokens; :func:`nmt.models.kv_cache_bytes`),
+in the run's precision, for one beam and for ``bench.beam_size`` beams.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from nmt.data import Batch, collate
 from nmt.decoding import translate_ids
 from nmt.devices import autocast, resolve_precision
 from nmt.errors import NMTError
-from nmt.models import Seq2Seq, Transformer, count_parameters
+from nmt.models import Seq2Seq, Transformer, count_parameters, kv_cache_bytes
 from nmt.models.transformer import sinusoidal_table
 from nmt.tokenizer import PAD_ID
 from nmt.training.loop import Run, make_optimizer, set_up, train_step
@@ -444,12 +447,13 @@ def measure_decoding(run: Run, bench: BenchConfig) -> dict[str, Any]:
         model, tokenizer, ckpt_cfg = model_from_checkpoint(load_checkpoint(bench.checkpoint), run.device)
         sources = tokenizer.encode_src(src_text[:n])
         max_positions, decoding, origin = ckpt_cfg.model.max_positions, cfg.decoding, bench.checkpoint
+        model_cfg = ckpt_cfg.model
     else:
         model: Seq2Seq = run.model
         tokenizer = data.tokenizer
         split = data.splits["test"]
         sources = [split.src(i) for i in range(n)]
-        max_positions, origin = cfg.model.max_positions, "random"
+        max_positions, origin, model_cfg = cfg.model.max_positions, "random", cfg.model
         decoding = replace(cfg.decoding, max_len_a=bench.random_len_a, max_len_b=bench.random_len_b)
     searches = [("greedy", 1), (f"beam {bench.beam_size}", bench.beam_size)]
 
@@ -496,6 +500,20 @@ def measure_decoding(run: Run, bench: BenchConfig) -> dict[str, Any]:
         "results": rows,
         "cache_speedup": speedup,
     }
+    if isinstance(model_cfg, TransformerConfig):
+        greedy_tokens = next(r["tgt_tokens"] for r in rows if r["beam_size"] == 1 and r["cache"])
+        src_positions = round(statistics.mean(min(len(s), max_positions - 1) + 1 for s in sources))
+        tgt_positions = round(greedy_tokens / n)  # BOS and the output tokens are fed (EOS ends it)
+        dtype_bytes = 4 if run.precision == "fp32" else 2
+        per_sentence = kv_cache_bytes(model_cfg, tgt_positions, src_positions, dtype_bytes)
+        out["kv_cache_per_sentence"] = {
+            "src_positions": src_positions,
+            "tgt_positions": tgt_positions,
+            "kv_heads": model_cfg.kv_heads or model_cfg.heads,
+            "dtype_bytes": dtype_bytes,
+            "bytes": per_sentence,
+            "beam_bytes": bench.beam_size * per_sentence,
+        }
     if bench.ct2:
         seconds = {r["search"]: r["seconds"] for r in rows if r["cache"]}
         cached = {name: (seconds[name], outputs[beam, True]) for name, beam in searches}
@@ -576,4 +594,12 @@ def _decoding_table(decode: dict[str, Any]) -> list[str]:
             f"{r['tgt_tokens_per_s']:>10.0f}{r['seconds']:>10.2f}"
         )
     speedups = ", ".join(f"{name} {x:.2f}x" for name, x in decode["cache_speedup"].items())
-    return [*out, f"cache speedup: {speedups}", *(format_ct2(decode["ct2"]) if "ct2" in decode else [])]
+    out.append(f"cache speedup: {speedups}")
+    if "kv_cache_per_sentence" in decode:
+        kv = decode["kv_cache_per_sentence"]
+        out.append(
+            f"KV cache per sentence: {kv['bytes'] / 1024:.1f} KiB, beam {kv['beam_bytes'] // kv['bytes']} "
+            f"{kv['beam_bytes'] / 1024:.1f} KiB ({kv['src_positions']} source + {kv['tgt_positions']} target "
+            f"positions, {kv['kv_heads']} key/value heads, {kv['dtype_bytes']} bytes per value)"
+        )
+    return [*out, *(format_ct2(decode["ct2"]) if "ct2" in decode else [])]

@@ -114,12 +114,14 @@ class TransformerConfig(ModelConfig):
     d_model: int = 512
     ff_dim: int = 2048
     heads: int = 8
+    kv_heads: int = 0  # key/value heads (grouped-query attention; 1 = multi-query); 0 = as many as heads
     encoder_layers: int = 6
     decoder_layers: int = 6
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     norm_first: bool = True  # pre-norm; False = post-norm as in the paper
-    positional: str = "sinusoidal"  # "sinusoidal" | "learned"
+    positional: str = "sinusoidal"  # "sinusoidal" | "learned" | "rope" (rotary, in self-attention)
+    rope_base: float = 10000.0  # RoPE wavelengths: base^(2i/head_dim) * 2pi
     share_embeddings: bool = True  # tie source/target/output embeddings (needs a joint vocabulary)
     self_attention: str = "dot_product"  # "dot_product" | "additive"
     cross_attention: str = "dot_product"  # "dot_product" | "additive"
@@ -282,6 +284,7 @@ class EvalFilesConfig:
     out: str | None = None  # hypotheses file; default: next to the report
     metrics: list[str] = field(default_factory=lambda: ["bleu", "chrf"])  # add "ter" for TER
     tb_dir: str | None = None  # a run dir whose TensorBoard gets the scores
+    by_length: bool = False  # also score buckets of source length (subwords): 1-10, 11-20, 21-30, 31-50, 51+
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Scores with sacrebleu (BLEU, chrF, TER), each with its signature, and evaluation reports."""
+"""Scores with sacrebleu (BLEU, chrF, TER), each with its signature, also by source length, and reports."""
 
 from __future__ import annotations
 
@@ -55,6 +55,57 @@ def format_scores(scores: dict[str, Score]) -> str:
     return "\n".join(f"{s.text}\n  signature: {s.signature}" for s in scores.values())
 
 
+LENGTH_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 10), (11, 20), (21, 30), (31, 50), (51, None))
+
+
+def scores_by_length(
+    src_lengths: Sequence[int],
+    hyps: Sequence[str],
+    refs: Sequence[str],
+    buckets: Sequence[tuple[int, int | None]] = LENGTH_BUCKETS,
+    metrics: Sequence[str] = ("bleu", "chrf"),
+) -> list[dict]:
+    """Corpus scores of the sentences in each source-length bucket (inclusive bounds, None = no upper
+    bound): where a model breaks down with length, which one corpus score hides.
+
+    One row per bucket, ``{"bucket": "11-20", "sentences": n, "bleu": ..., "chrf": ...}``; a bucket without
+    sentences keeps its row with n = 0 and no scores (None), so tables of different runs line up.
+    Sentences in no bucket (e.g. empty sources when the buckets start at 1) get a last row "other",
+    so the counts always add up to the corpus.
+    """
+    if not len(src_lengths) == len(hyps) == len(refs):
+        raise ValueError(f"{len(src_lengths)} source lengths, {len(hyps)} hypotheses, {len(refs)} references")
+    rows, placed = [], set()
+    for low, high in buckets:
+        members = [i for i, n in enumerate(src_lengths) if n >= low and (high is None or n <= high)]
+        label = f"{low}-{high}" if high is not None else f"{low}+"
+        rows.append(_bucket_row(label, members, hyps, refs, metrics))
+        placed.update(members)
+    rest = [i for i in range(len(src_lengths)) if i not in placed]
+    if rest:
+        rows.append(_bucket_row("other", rest, hyps, refs, metrics))
+    return rows
+
+
+def _bucket_row(
+    label: str, members: list[int], hyps: Sequence[str], refs: Sequence[str], metrics: Sequence[str]
+) -> dict:
+    row: dict = {"bucket": label, "sentences": len(members)}
+    scores = corpus_scores([hyps[i] for i in members], [refs[i] for i in members], metrics) if members else {}
+    row.update({name: scores[name].score if members else None for name in metrics})
+    return row
+
+
+def format_by_length(rows: list[dict]) -> str:
+    """The by-length rows as a table: source subwords, sentences, then one column per metric."""
+    metrics = [key for key in rows[0] if key not in ("bucket", "sentences")]
+    lines = [f"{'src len':<10}{'sentences':>10}" + "".join(f"{m:>10}" for m in metrics)]
+    for row in rows:
+        values = "".join(f"{row[m]:>10.2f}" if row[m] is not None else f"{'-':>10}" for m in metrics)
+        lines.append(f"{row['bucket']:<10}{row['sentences']:>10}" + values)
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------- checkpoint evaluation
 @dataclass
 class EvalReport:
@@ -73,6 +124,7 @@ class EvalReport:
     device: str
     backend: str  # torch or ct2
     step: int | None
+    by_length: list[dict] | None = None  # scores per source-length bucket (eval.by_length)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -91,7 +143,8 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     decoding = translator.decoding_with(cfg.decoding)
     sources, refs, test_name = evaluation_text(cfg, translator.cfg)
     started = time.perf_counter()
-    hyps = translator.hypotheses(sources, decoding, progress=True)
+    ids = translator.encode(sources)
+    hyps = translator.search(ids, decoding, progress=True)
     hyp_text = translator.best(hyps)
     elapsed = time.perf_counter() - started
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
@@ -119,10 +172,15 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
         device=str(device),
         backend=cfg.backend,
         step=translator.step,
+        by_length=scores_by_length([len(s) for s in ids], hyp_text, refs, metrics=cfg.eval.metrics)
+        if cfg.eval.by_length
+        else None,
     )
     Path(report.report).write_text(json.dumps(report.as_dict(), indent=2) + "\n")
     if cfg.eval.tb_dir:
-        log_scores_to_tensorboard(Path(cfg.eval.tb_dir), test_name, scores, report.step or 0)
+        log_scores_to_tensorboard(
+            Path(cfg.eval.tb_dir), test_name, scores, report.step or 0, report.by_length
+        )
     return report
 
 
@@ -158,10 +216,17 @@ def evaluation_text(cfg: EvaluateConfig, train_cfg: TrainConfig) -> tuple[list[s
     return sources, refs, cfg.data.split
 
 
-def log_scores_to_tensorboard(run_dir: Path, test_name: str, scores: dict[str, Score], step: int) -> None:
+def log_scores_to_tensorboard(
+    run_dir: Path, test_name: str, scores: dict[str, Score], step: int, by_length: list[dict] | None = None
+) -> None:
+    """Scalars ``eval_{test}/{metric}``, plus ``eval_{test}/{metric}_len_{bucket}`` per by-length row."""
     from torch.utils.tensorboard import SummaryWriter
 
     with SummaryWriter(str(run_dir / "tb")) as writer:
         for name, s in scores.items():
             writer.add_scalar(f"eval_{test_name}/{name}", s.score, step)
             writer.add_text(f"eval_{test_name}/{name}_signature", s.signature, step)
+        for row in by_length or []:
+            for name in scores:
+                if row[name] is not None:
+                    writer.add_scalar(f"eval_{test_name}/{name}_len_{row['bucket']}", row[name], step)

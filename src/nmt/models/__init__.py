@@ -5,9 +5,9 @@ from __future__ import annotations
 from nmt.config import ModelConfig, RNNSearchConfig, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models.base import Seq2Seq, count_parameters, reorder_state
-from nmt.models.transformer import Transformer
+from nmt.models.transformer import Transformer, kv_cache_bytes
 
-__all__ = ["Seq2Seq", "Transformer", "build_model", "count_parameters", "reorder_state"]
+__all__ = ["Seq2Seq", "Transformer", "build_model", "count_parameters", "kv_cache_bytes", "reorder_state"]
 
 
 def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, joint_vocab: bool) -> Seq2Seq:

@@ -7,14 +7,17 @@ Every variant is called as::
 
 with ``query`` (batch, tgt_len, d_model), ``key``/``value`` (batch, src_len, d_model),
 ``key_padding_mask`` (batch, src_len) True at padding, ``causal`` masking future keys, and ``weights``
-(batch, heads, tgt_len, src_len) when asked for. The shared part (projections, heads, the key/value
-cache) lives in :class:`Attention`; a variant only defines how queries score keys (:meth:`attend`).
+(batch, heads, tgt_len, src_len) when asked for. The shared part (projections, heads, rotary
+positions, the key/value cache) lives in :class:`Attention`; a variant only defines how queries score
+keys (:meth:`attend`).
 
 The cache is a plain dict owned by the caller, one per layer and role:
 - self-attention (``cross=False``): each call appends the new keys/values, so the decoder feeds
   one token at a time and attends over everything before it;
 - cross-attention (``cross=True``): keys/values of the encoder output are computed on the first
   call and reused for every later step.
+With grouped-query attention (``kv_heads`` < ``heads``) the cache holds only the ``kv_heads`` key/value
+heads; they are shared by their query heads at attention time, never stored expanded.
 """
 
 from __future__ import annotations
@@ -28,20 +31,67 @@ from torch.utils.checkpoint import checkpoint
 
 from nmt.errors import NMTError
 
+# F.scaled_dot_product_attention shares key/value heads among query heads itself from torch 2.5 on.
+SDPA_GQA = torch.__version__ >= "2.5"
+
+
+def rotary(x: Tensor, positions: Tensor, base: float) -> Tensor:
+    """RoPE (Su et al., 2021): rotate the feature pairs (i, i + dim/2) of ``x`` (batch, heads, len, dim)
+    at ``positions`` (len,) by the angles position * base^(-2i/dim). The dot product of a rotated query
+    and a rotated key then depends on their positions only through the difference. Computed in fp32,
+    since bf16 angles of late positions would be far off, and returned in the dtype of ``x``."""
+    dim = x.size(-1)
+    inv_freq = base ** (-torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim)
+    angles = positions.to(x.device, torch.float32)[:, None] * inv_freq  # (len, dim/2)
+    cos, sin = angles.cos(), angles.sin()
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
 
 class Attention(nn.Module):
-    """Multi-head attention skeleton: projections, head split/merge and the key/value cache."""
+    """Multi-head attention skeleton: projections, head split/merge, rotary positions and the key/value cache.
 
-    def __init__(self, d_model: int, heads: int, dropout: float, cross: bool, score_dim: int | None = None):
+    ``kv_heads`` (0 = ``heads``) fewer key/value heads than query heads is grouped-query attention
+    (Ainslie et al., 2023; 1 = multi-query, Shazeer 2019): each key/value head serves heads // kv_heads
+    consecutive query heads, which shrinks k_proj, v_proj and the decoding cache by that factor. With
+    kv_heads == heads the parameters (names, shapes) and outputs are those of plain multi-head attention.
+
+    ``rope_base`` (self-attention only) rotates queries and keys by their positions before scoring
+    (:func:`rotary`); positions continue after the keys already in the cache, so an incremental
+    decoding step rotates its query and key by their true position, and the cache keeps rotated keys.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        dropout: float,
+        cross: bool,
+        score_dim: int | None = None,
+        kv_heads: int = 0,
+        rope_base: float | None = None,
+    ):
         super().__init__()
         if d_model % heads:
             raise NMTError(f"model.d_model={d_model} is not divisible by model.heads={heads}")
-        self.heads, self.cross, self.dropout = heads, cross, dropout
+        kv_heads = kv_heads or heads
+        if kv_heads < 1 or heads % kv_heads:
+            raise NMTError(
+                f"model.heads={heads} must be a multiple of model.kv_heads={kv_heads} "
+                "(key/value heads; 0 = as many as model.heads)"
+            )
+        self.heads, self.kv_heads, self.cross, self.dropout = heads, kv_heads, cross, dropout
         self.head_dim = d_model // heads
         self.score_dim = score_dim or self.head_dim  # per-head size of queries and keys
+        if rope_base is not None and (rope_base <= 0 or self.score_dim % 2):
+            raise NMTError(
+                f"model.positional=rope needs model.rope_base > 0 (got {rope_base}) and an even head "
+                f"dimension model.d_model / model.heads (got {self.score_dim})"
+            )
+        self.rope_base = rope_base
         self.q_proj = nn.Linear(d_model, heads * self.score_dim)
-        self.k_proj = nn.Linear(d_model, heads * self.score_dim)
-        self.v_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, kv_heads * self.score_dim)
+        self.v_proj = nn.Linear(d_model, kv_heads * self.head_dim)
         self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(
@@ -56,26 +106,42 @@ class Attention(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         q = self._split(self.q_proj(query))
-        k, v = self._keys_values(key, value, cache)
+        # Positions of the new queries (and, in self-attention, keys) start after the cached keys.
+        offset = cache["k"].size(2) if cache is not None and not self.cross and "k" in cache else 0
+        if self.rope_base is not None:
+            q = rotary(q, torch.arange(offset, offset + q.size(2), device=q.device), self.rope_base)
+        k, v = self._keys_values(key, value, cache, offset)
         # With a self-attention cache the single new query may see every cached key: no causal mask.
         causal = causal and not (cache is not None and query.size(1) == 1)
         out, weights = self.attend(q, k, v, key_padding_mask, causal, need_weights)
         batch, _, tgt_len, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(batch, tgt_len, -1)), weights
 
-    def _split(self, x: Tensor) -> Tensor:
-        """(batch, len, heads * dim) -> (batch, heads, len, dim)."""
-        return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
+    def _split(self, x: Tensor, heads: int | None = None) -> Tensor:
+        """(batch, len, heads * dim) -> (batch, heads, len, dim); ``heads`` defaults to the query heads."""
+        return x.view(x.size(0), x.size(1), heads or self.heads, -1).transpose(1, 2)
 
-    def _keys_values(self, key: Tensor, value: Tensor, cache: dict | None) -> tuple[Tensor, Tensor]:
+    def _keys_values(
+        self, key: Tensor, value: Tensor, cache: dict | None, offset: int
+    ) -> tuple[Tensor, Tensor]:
         if cache is not None and self.cross and "k" in cache:
             return cache["k"], cache["v"]
-        k, v = self._split(self.k_proj(key)), self._split(self.v_proj(value))
+        k, v = self._split(self.k_proj(key), self.kv_heads), self._split(self.v_proj(value), self.kv_heads)
+        if self.rope_base is not None:
+            k = rotary(k, torch.arange(offset, offset + k.size(2), device=k.device), self.rope_base)
         if cache is not None:
             if not self.cross and "k" in cache:
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
             cache["k"], cache["v"] = k, v
         return k, v
+
+    def expand_kv(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys/values with each of the kv_heads repeated for its group of query heads (for the scoring
+        paths that need one key head per query head; the cache keeps the unexpanded tensors)."""
+        if self.kv_heads == self.heads:
+            return k, v
+        group = self.heads // self.kv_heads
+        return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
     def attend(
         self,
@@ -115,10 +181,21 @@ class DotProductAttention(Attention):
         dropout = self.dropout if self.training else 0.0
         fused = not need_weights and not (q.device.type == "cpu" and q.dtype != torch.float32)
         if fused:
-            if key_padding_mask is None and (not causal or q.size(2) == k.size(2)):
-                return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal), None
-            mask = allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+            plain = key_padding_mask is None and (not causal or q.size(2) == k.size(2))
+            mask = None if plain else allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
+            gqa = {}
+            if self.kv_heads != self.heads:
+                # CUDA runs enable_gqa with a mask in the slow math kernel (so Hugging Face transformers
+                # avoids it too): there the heads are repeated, for the memory-efficient kernel.
+                if SDPA_GQA and (plain or q.device.type != "cuda"):
+                    gqa = {"enable_gqa": True}
+                else:
+                    k, v = self.expand_kv(k, v)
+            if plain:
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal, **gqa)
+                return out, None
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, **gqa), None
+        k, v = self.expand_kv(k, v)
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
         mask = allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
         out, weights = softmax_combine(scores, v, mask, dropout)
@@ -180,8 +257,16 @@ class AdditiveAttention(Attention):
         cross: bool,
         score_dim: int | None = None,
         chunk: int = 64,
+        kv_heads: int = 0,
+        rope_base: float | None = None,
     ):
-        super().__init__(d_model, heads, dropout, cross, score_dim)
+        if rope_base is not None:
+            raise NMTError(
+                "model.positional=rope rotates the queries and keys of dot-product self-attention; "
+                "additive scores v . tanh(W_q q + W_k k) do not become relative by a rotation: use "
+                "model.self_attention=dot_product or model.positional=sinusoidal/learned"
+            )
+        super().__init__(d_model, heads, dropout, cross, score_dim, kv_heads)
         if chunk < 1:
             raise NMTError(f"model.additive_chunk must be at least 1, got {chunk}")
         self.chunk = chunk
@@ -189,6 +274,7 @@ class AdditiveAttention(Attention):
         nn.init.normal_(self.v_a, std=self.score_dim**-0.5)
 
     def attend(self, q, k, v, key_padding_mask, causal, need_weights):
+        k, v = self.expand_kv(k, v)
         scores = additive_scores(q, k, self.v_a, self.chunk)
         mask = allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
         out, weights = softmax_combine(scores, v, mask, self.dropout if self.training else 0.0)

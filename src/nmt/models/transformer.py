@@ -2,7 +2,9 @@
 
 Pre-norm by default (stabler without long warmup), post-norm as in the paper with
 ``norm_first=False``. Attention modules come from :func:`build_attention` by config, so the model
-never knows whether it got dot-product or additive attention.
+never knows whether it got dot-product or additive attention. Positions are added to the embeddings
+(sinusoidal, learned) or, with ``positional=rope``, rotate the queries and keys of the encoder's and
+decoder's self-attention (never the cross-attention: source and target positions are not comparable).
 """
 
 from __future__ import annotations
@@ -29,26 +31,52 @@ def sinusoidal_table(length: int, dim: int) -> Tensor:
     return table
 
 
+def kv_cache_bytes(cfg: TransformerConfig, tgt_positions: int, src_positions: int, dtype_bytes: int) -> int:
+    """Bytes of the decoding cache of one sentence (one beam) after ``tgt_positions`` target tokens::
+
+        decoder_layers * (tgt_positions + src_positions) * kv_heads * (key_dim + head_dim) * dtype_bytes
+
+    i.e. keys and values (2 x kv_heads x head_dim when key_dim = head_dim) of the self-attention over the
+    target prefix plus those of the cross-attention over the source, in every decoder layer. key_dim is
+    the head dimension, or ``additive_dim`` for an additive attention's cached W_k k. The encoder output
+    itself is not counted (the cross-attention caches replace it during decoding).
+    """
+    head_dim = cfg.d_model // cfg.heads
+    kv_heads = cfg.kv_heads or cfg.heads
+
+    def per_position(kind: str) -> int:
+        key_dim = (cfg.additive_dim or head_dim) if kind == "additive" else head_dim
+        return kv_heads * (key_dim + head_dim) * dtype_bytes
+
+    self_bytes = tgt_positions * per_position(cfg.self_attention)
+    cross_bytes = src_positions * per_position(cfg.cross_attention)
+    return cfg.decoder_layers * (self_bytes + cross_bytes)
+
+
 class Embedding(nn.Module):
-    """Token embedding scaled by sqrt(d_model), plus positions, plus dropout."""
+    """Token embedding scaled by sqrt(d_model), plus positions (none with rope), plus dropout."""
 
     def __init__(self, tokens: nn.Embedding, cfg: TransformerConfig):
         super().__init__()
         self.tokens, self.scale = tokens, math.sqrt(cfg.d_model)
-        self.learned = cfg.positional == "learned"
-        if self.learned:
+        self.kind = cfg.positional
+        if self.kind == "learned":
             self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
             nn.init.normal_(self.positions.weight, std=cfg.d_model**-0.5)
-        elif cfg.positional == "sinusoidal":
+        elif self.kind == "sinusoidal":
             self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
-        else:
-            raise NMTError(f"model.positional must be 'sinusoidal' or 'learned', got {cfg.positional!r}")
+        elif self.kind != "rope":  # rope: positions rotate queries and keys inside self-attention
+            raise NMTError(
+                f"model.positional must be 'sinusoidal', 'learned' or 'rope', got {cfg.positional!r}"
+            )
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         """ids (batch, len) starting at position ``offset`` -> (batch, len, d_model)."""
+        if self.kind == "rope":
+            return self.dropout(self.tokens(ids) * self.scale)
         span = torch.arange(offset, offset + ids.size(1), device=ids.device)
-        pos = self.positions(span) if self.learned else self.table[span]
+        pos = self.positions(span) if self.kind == "learned" else self.table[span]
         return self.dropout(self.tokens(ids) * self.scale + pos.to(self.tokens.weight.dtype))
 
 
@@ -76,9 +104,11 @@ class Residual(nn.Module):
 
 
 def _attention(kind: str, cfg: TransformerConfig, cross: bool) -> nn.Module:
-    extra = {}
+    extra: dict = {"kv_heads": cfg.kv_heads}
     if kind == "additive":
-        extra = {"score_dim": cfg.additive_dim or None, "chunk": cfg.additive_chunk}
+        extra |= {"score_dim": cfg.additive_dim or None, "chunk": cfg.additive_chunk}
+    if cfg.positional == "rope" and not cross:
+        extra["rope_base"] = cfg.rope_base
     return build_attention(kind, cfg.d_model, cfg.heads, cfg.attention_dropout, cross, **extra)
 
 
