@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from nmt.training.checkpoint import load_checkpoint, model_from_checkpoint
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.data import prepare_text
 
 pytestmark = pytest.mark.slow
