@@ -83,6 +83,7 @@ def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread):
         "model.ff_dim=64",
         "model.heads=2",
         "model.kv_heads=1",
+        "trainer.precision=fp32",  # the run's own precision (auto would differ by CPU); bf16 is timed too
         "bench.warmup_steps=1",
         "bench.steps=2",
         "bench.beam_size=2",

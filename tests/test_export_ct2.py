@@ -223,9 +223,11 @@ def test_ct2_length_penalty_grows_like_gnmt_at_the_given_length():
     [
         replace(TINY, cross_attention="additive"),
         replace(TINY, self_attention="additive"),
+        replace(TINY, positional="rope"),
+        replace(TINY, kv_heads=1),
         RNNSearchConfig(embed_dim=8, hidden_size=8, attention_dim=8, readout_dim=4),
     ],
-    ids=["additive-cross", "additive-self", "rnnsearch"],
+    ids=["additive-cross", "additive-self", "rope", "mqa", "rnnsearch"],
 )
 def test_unexportable_models_are_refused_before_loading(tmp_path, model_cfg):
     # Neither weights nor tokenizer are valid: the refusal must come first, from the config alone.

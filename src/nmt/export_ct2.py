@@ -73,7 +73,15 @@ def check_exportable(cfg: ModelConfig) -> None:
                 "additive attention (only dot_product)"
             )
     if cfg.positional not in ("sinusoidal", "learned"):
-        raise NMTError(f"model.positional={cfg.positional!r} cannot be exported to CTranslate2")
+        raise NMTError(
+            f"model.positional={cfg.positional!r} cannot be exported to CTranslate2: its encoder-decoder "
+            "spec has sinusoidal or learned positions only"
+        )
+    if cfg.kv_heads not in (0, cfg.heads):
+        raise NMTError(
+            f"model.kv_heads={cfg.kv_heads} cannot be exported to CTranslate2: its encoder-decoder spec "
+            "has no grouped-query attention (kv_heads must equal model.heads)"
+        )
 
 
 def check_quantization(quantization: str) -> None:
@@ -130,7 +138,8 @@ def _inputs(spec, embed) -> None:
     spec_embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     spec_embeddings.weight = _array(embed.tokens.weight)
     spec.scale_embeddings = True  # sqrt(d_model), as nmt.models.transformer.Embedding
-    spec.position_encodings.encodings = _array(embed.positions.weight if embed.learned else embed.table)
+    table = embed.positions.weight if embed.kind == "learned" else embed.table
+    spec.position_encodings.encodings = _array(table)
 
 
 def build_spec(model: Transformer, tokenizer: Tokenizer):
