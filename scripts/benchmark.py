@@ -10,11 +10,11 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
 from nmt.benchmark import format_report, run_benchmark
 from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.config import register_configs, split_benchmark_config
 
 register_configs()
 log = logging.getLogger("benchmark")
@@ -24,10 +24,8 @@ log = logging.getLogger("benchmark")
 @run_cli
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    bench = OmegaConf.to_object(cfg.bench)
-    with open_dict(cfg):
-        del cfg["bench"]  # the rest is a TrainConfig
-    results = run_benchmark(OmegaConf.to_object(cfg), bench, run_dir)
+    train_cfg, bench = split_benchmark_config(cfg)
+    results = run_benchmark(train_cfg, bench, run_dir)
     path = run_dir / bench.output
     path.write_text(json.dumps(results, indent=2) + "\n")
     print(format_report(results))

@@ -8,30 +8,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf, open_dict
 
 from nmt.benchmark import ReferenceTransformer, format_report, run_benchmark, transformer_flops
-from nmt.config import BenchConfig, TrainConfig, TransformerConfig, register_configs
+from nmt.config import TransformerConfig
 from nmt.data import Batch
 from nmt.models import Transformer, count_parameters, kv_cache_bytes
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-def compose_benchmark(*overrides: str) -> tuple[TrainConfig, BenchConfig]:
-    """What scripts/benchmark.py gets: the training config and the ``bench`` section."""
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose("benchmark", overrides=list(overrides))
-    bench = OmegaConf.to_object(cfg.bench)
-    with open_dict(cfg):
-        del cfg["bench"]
-    return OmegaConf.to_object(cfg), bench
-
-
-def test_benchmark_config_extends_the_training_config():
-    cfg, bench = compose_benchmark("bench.steps=3", "trainer.precision=bf16")
+def test_benchmark_config_extends_the_training_config(compose_benchmark_cfg):
+    cfg, bench = compose_benchmark_cfg("bench.steps=3", "trainer.precision=bf16")
     assert cfg.data.name == "multi30k-de-en" and cfg.model.d_model == 256 and cfg.trainer.max_tokens == 4096
     assert cfg.trainer.precision == "bf16" and bench.steps == 3 and bench.reference
 
@@ -64,24 +51,9 @@ def test_transformer_flops_follow_the_formula():
     assert transformer_flops(model, batch) == pytest.approx(expected)
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model: more threads only wait for each other on a busy machine
-    yield
-    torch.set_num_threads(threads)
-
-
-def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread):
-    cfg, bench = compose_benchmark(
-        "experiment=toy",
-        "data=toy",
-        f"data.cache_dir={tmp_path / 'data'}",
-        "data.train_size=300",
-        "data.test_size=12",
-        "model.d_model=32",
-        "model.ff_dim=64",
-        "model.heads=2",
+def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread, tiny_benchmark_cfg):
+    cfg, bench = tiny_benchmark_cfg(
+        tmp_path / "data",
         "model.kv_heads=1",
         "trainer.precision=fp32",  # the run's own precision (auto would differ by CPU); bf16 is timed too
         "bench.warmup_steps=1",

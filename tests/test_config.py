@@ -4,7 +4,6 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
@@ -13,7 +12,6 @@ from nmt.config import (
     DecodingOverrides,
     check_train_config,
     merge_decoding,
-    register_configs,
 )
 from nmt.errors import NMTError
 from nmt.training.loop import is_better
@@ -21,33 +19,27 @@ from nmt.training.loop import is_better
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-def compose_train(*overrides: str):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose("train", overrides=list(overrides))
-
-
-def test_typo_in_override_names_the_key():
+def test_typo_in_override_names_the_key(compose_cfg):
     with pytest.raises(ConfigCompositionException) as e:
-        compose_train("trainer.max_stepz=5")
+        compose_cfg("train", "trainer.max_stepz=5")
     assert "trainer.max_stepz" in str(e.value)
     assert "Key 'max_stepz' not in 'TrainerConfig'" in str(e.value.__cause__)
 
 
-def test_ill_typed_override_fails():
+def test_ill_typed_override_fails(compose_cfg):
     with pytest.raises(ConfigCompositionException) as e:
-        compose_train("trainer.max_steps=abc")
+        compose_cfg("train", "trainer.max_steps=abc")
     assert "trainer.max_steps=abc" in str(e.value)
     assert "'abc'" in str(e.value.__cause__) and "Integer" in str(e.value.__cause__)
 
 
-def test_local_data_name_is_the_folder_name():
-    cfg = compose_train("data=local", "data.dir=../shared/data/multi30k-de-en/")
+def test_local_data_name_is_the_folder_name(compose_cfg):
+    cfg = compose_cfg("train", "data=local", "data.dir=../shared/data/multi30k-de-en/")
     assert cfg.data.source == "local" and cfg.data.name == "multi30k-de-en"
 
 
-def test_toy_experiment_selects_toy_data_and_a_small_vocabulary():
-    cfg = compose_train("experiment=toy")
+def test_toy_experiment_selects_toy_data_and_a_small_vocabulary(compose_cfg):
+    cfg = compose_cfg("train", "experiment=toy")
     assert cfg.data.source == "toy" and cfg.data.src_lang == "src"
     assert cfg.tokenizer.vocab_size <= 300
 
@@ -67,16 +59,16 @@ def test_toy_experiment_selects_toy_data_and_a_small_vocabulary():
         ("model.dropout=-0.1", "model.dropout=-0.1: must be in [0, 1)"),
     ],
 )
-def test_values_that_cannot_work_are_refused_naming_the_key(override, message):
-    cfg = OmegaConf.to_object(compose_train("experiment=toy", override))
+def test_values_that_cannot_work_are_refused_naming_the_key(override, message, compose_cfg):
+    cfg = OmegaConf.to_object(compose_cfg("train", "experiment=toy", override))
     with pytest.raises(NMTError) as e:
         check_train_config(cfg)
     assert str(e.value).startswith(message)
 
 
-def test_every_preset_passes_the_checks():
+def test_every_preset_passes_the_checks(compose_cfg):
     for preset in sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml")):
-        check_train_config(OmegaConf.to_object(compose_train(f"experiment={preset}")))
+        check_train_config(OmegaConf.to_object(compose_cfg("train", f"experiment={preset}")))
 
 
 @pytest.mark.parametrize(
@@ -100,10 +92,8 @@ def test_only_the_given_decoding_overrides_replace_the_checkpoints_settings():
     assert merge_decoding(tuned, DecodingOverrides()) == tuned
 
 
-def test_evaluate_config_types_its_decoding_overrides():
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = OmegaConf.to_object(compose("evaluate", overrides=["checkpoint=x.pt", "decoding.alpha=1.5"]))
-        assert cfg.decoding == DecodingOverrides(alpha=1.5)
-        with pytest.raises(ConfigCompositionException):
-            compose("evaluate", overrides=["checkpoint=x.pt", "decoding.beam_sise=3"])
+def test_evaluate_config_types_its_decoding_overrides(compose_cfg):
+    cfg = OmegaConf.to_object(compose_cfg("evaluate", "checkpoint=x.pt", "decoding.alpha=1.5"))
+    assert cfg.decoding == DecodingOverrides(alpha=1.5)
+    with pytest.raises(ConfigCompositionException):
+        compose_cfg("evaluate", "checkpoint=x.pt", "decoding.beam_sise=3")

@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf, open_dict
 
 from nmt.benchmark import format_report, run_benchmark
 from nmt.checkpoint import FORMAT_VERSION, atomic_save
@@ -27,7 +25,6 @@ from nmt.config import (
     ToyDataConfig,
     TrainConfig,
     TransformerConfig,
-    register_configs,
     to_container,
 )
 from nmt.decoding import pad_batch, translate_ids
@@ -267,36 +264,16 @@ def test_export_script_writes_the_model_and_refuses_in_one_line(spm_models, tmp_
 # -------------------------------------------------------------------------------------- benchmark
 
 
-def test_benchmark_reports_both_backends(tmp_path):
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        composed = compose(
-            "benchmark",
-            overrides=[
-                "experiment=toy",
-                "data=toy",
-                f"data.cache_dir={tmp_path / 'data'}",
-                "data.train_size=300",
-                "data.test_size=12",
-                "model.d_model=32",
-                "model.ff_dim=64",
-                "model.heads=2",
-                "bench.train=false",
-                "bench.beam_size=2",
-                "bench.matmul_size=64",
-                "bench.ct2=true",
-                "bench.ct2_quantizations=[none,int8]",
-            ],
-        )
-    bench = OmegaConf.to_object(composed.bench)
-    with open_dict(composed):
-        del composed["bench"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        results = run_benchmark(OmegaConf.to_object(composed), bench, tmp_path)
-    finally:
-        torch.set_num_threads(threads)
+def test_benchmark_reports_both_backends(tmp_path, one_thread, tiny_benchmark_cfg):
+    cfg, bench = tiny_benchmark_cfg(
+        tmp_path / "data",
+        "bench.train=false",
+        "bench.beam_size=2",
+        "bench.matmul_size=64",
+        "bench.ct2=true",
+        "bench.ct2_quantizations=[none,int8]",
+    )
+    results = run_benchmark(cfg, bench, tmp_path)
     ct2 = results["decode"]["ct2"]
     assert [(r["quantization"], r["search"]) for r in ct2["results"]] == [
         ("none", "greedy"),

@@ -11,14 +11,14 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from nmt.config import TrainConfig, register_configs
+from nmt.config import TrainConfig
 from nmt.data import collate
 from nmt.decoding import translate_ids
 from nmt.devices import autocast, resolve_precision
@@ -34,27 +34,22 @@ needs_cuda = [
 ]
 
 
-def toy_config(cache_dir: Path, *overrides: str) -> TrainConfig:
+@pytest.fixture(scope="module")
+def toy_config(compose_train_cfg, cache_dir: Path) -> Callable[..., TrainConfig]:
     """The toy experiment, shrunk: a few hundred pairs, a 2+2-layer model of width 32."""
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[
-                "experiment=toy",
-                f"data.cache_dir={cache_dir}",
-                "data.train_size=400",
-                "data.valid_size=20",
-                "data.test_size=20",
-                "model.d_model=32",
-                "model.ff_dim=64",
-                "model.heads=2",
-                "trainer.max_tokens=512",
-                "trainer.progress=false",
-                *overrides,
-            ],
-        )
-    return OmegaConf.to_object(cfg)
+    return lambda *overrides: compose_train_cfg(
+        "experiment=toy",
+        f"data.cache_dir={cache_dir}",
+        "data.train_size=400",
+        "data.valid_size=20",
+        "data.test_size=20",
+        "model.d_model=32",
+        "model.ff_dim=64",
+        "model.heads=2",
+        "trainer.max_tokens=512",
+        "trainer.progress=false",
+        *overrides,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -90,17 +85,17 @@ def assert_trained_finite(run: Run, losses: list[float]) -> None:
         pytest.param("fp16", "cuda", marks=needs_cuda),
     ],
 )
-def test_training_steps_are_finite(precision: str, device: str, cache_dir: Path, tmp_path: Path):
-    cfg = toy_config(cache_dir, f"trainer.precision={precision}", f"trainer.device={device}")
+def test_training_steps_are_finite(precision: str, device: str, toy_config, tmp_path: Path):
+    cfg = toy_config(f"trainer.precision={precision}", f"trainer.device={device}")
     run, losses = train_a_few_steps(cfg, tmp_path)
     assert run.precision == precision
     assert run.scaler.is_enabled() == (precision == "fp16")  # loss scaling only where fp16 needs it
     assert_trained_finite(run, losses)
 
 
-def test_bf16_autocast_computes_in_bf16_on_cpu(cache_dir: Path, tmp_path: Path):
+def test_bf16_autocast_computes_in_bf16_on_cpu(toy_config, tmp_path: Path):
     """Guards against a silent fall-back to fp32 (the speed-up on CPU comes from bf16 matmuls)."""
-    run = set_up(toy_config(cache_dir, "trainer.precision=bf16", "trainer.device=cpu"), tmp_path)
+    run = set_up(toy_config("trainer.precision=bf16", "trainer.device=cpu"), tmp_path)
     run.monitor.close({})
     batch = collate(run.data.splits["train"], [0, 1], run.cfg.model.max_positions)
     with autocast(run.device, run.precision):
@@ -132,8 +127,8 @@ def test_fp16_on_cpu_is_refused():
     os.environ.get("NMT_TEST_COMPILE") != "1",
     reason="torch.compile takes 1-2 min on a 2-core CPU (cold cache); set NMT_TEST_COMPILE=1 to run",
 )
-def test_compiled_training_then_decoding(cache_dir: Path, tmp_path: Path):
-    cfg = toy_config(cache_dir, "trainer.compile=true", "trainer.device=cpu")
+def test_compiled_training_then_decoding(toy_config, tmp_path: Path):
+    cfg = toy_config("trainer.compile=true", "trainer.device=cpu")
     start = time.perf_counter()
     run, losses = train_a_few_steps(cfg, tmp_path)
     print(f"3 compiled steps (compilation included): {time.perf_counter() - start:.1f} s")
@@ -142,7 +137,7 @@ def test_compiled_training_then_decoding(cache_dir: Path, tmp_path: Path):
     split = run.data.splits["test"]
     sources = [split.src(i) for i in range(8)]
     for beam in (1, 3):
-        decoding = type(cfg.decoding)(**{**vars(cfg.decoding), "beam_size": beam, "max_len_b": 5})
+        decoding = replace(cfg.decoding, beam_size=beam, max_len_b=5)
         hyps = translate_ids(run.model, sources, decoding, run.device, cfg.model.max_positions)
         assert len(hyps) == len(sources) and all(len(h) == 1 for h in hyps)
 
@@ -195,12 +190,10 @@ def test_explicit_bf16_on_a_native_cpu_does_not_warn(cpu_bf16, caplog):
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
-def test_no_preset_hard_codes_a_precision():
+def test_no_preset_hard_codes_a_precision(compose_train_cfg):
     """Presets say auto, so one preset is fast on AVX2 and AVX-512-bf16 CPUs (and GPUs) alike."""
     presets = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
     assert "multi30k_cpu" in presets
     for name in presets:
         assert not re.search(r"^\s*precision:", (CONFIGS / "experiment" / f"{name}.yaml").read_text(), re.M)
-        register_configs()
-        with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-            assert compose("train", overrides=[f"experiment={name}"]).trainer.precision == "auto"
+        assert compose_train_cfg(f"experiment={name}").trainer.precision == "auto"

@@ -28,12 +28,7 @@ VARIANTS = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(cfg: TransformerConfig, seed: int = 0) -> Transformer:

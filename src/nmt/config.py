@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from nmt.errors import NMTError
 
@@ -297,26 +297,27 @@ class EvalDataConfig:
 
 
 @dataclass
-class EvaluateConfig:
+class InferenceConfig:
+    """What every script that translates with a checkpoint takes."""
+
     checkpoint: str = MISSING
-    data: EvalDataConfig = field(default_factory=EvalDataConfig)
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
-    eval: EvalFilesConfig = field(default_factory=EvalFilesConfig)
     device: str = "auto"
     backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
     ct2_model: str | None = None  # directory written by scripts/export_ct2.py from this checkpoint
 
 
 @dataclass
-class TranslateConfig:
-    checkpoint: str = MISSING
+class EvaluateConfig(InferenceConfig):
+    data: EvalDataConfig = field(default_factory=EvalDataConfig)
+    eval: EvalFilesConfig = field(default_factory=EvalFilesConfig)
+
+
+@dataclass
+class TranslateConfig(InferenceConfig):
     input: str | None = None  # file; default stdin
     output: str | None = None  # file; default stdout
-    decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
     batch_sentences: int = 64
-    device: str = "auto"
-    backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
-    ct2_model: str | None = None  # directory written by scripts/export_ct2.py from this checkpoint
 
 
 @dataclass
@@ -360,7 +361,7 @@ class PlotAttentionConfig:
     layer: int = -1  # decoder layer (Transformer); -1 = last
     heads: str = "mean"  # "mean" (one panel) or "all" (one panel per head)
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
-    device: str = "auto"
+    device: str = "auto"  # the PyTorch model's attention is plotted: no backend choice
 
 
 @dataclass
@@ -411,6 +412,14 @@ def to_train_config(container: dict) -> TrainConfig:
     schema.data = OmegaConf.structured(DATA_SCHEMAS[container["data"]["source"]])
     schema.model = OmegaConf.structured(MODEL_SCHEMAS[container["model"]["arch"]])
     return OmegaConf.to_object(OmegaConf.merge(schema, container))
+
+
+def split_benchmark_config(cfg: DictConfig) -> tuple[TrainConfig, BenchConfig]:
+    """scripts/benchmark.py's composed config as the training config it extends and its ``bench``."""
+    bench = OmegaConf.to_object(cfg.bench)
+    with open_dict(cfg):
+        del cfg["bench"]  # the rest is a TrainConfig
+    return OmegaConf.to_object(cfg), bench
 
 
 def to_container(cfg: TrainConfig) -> dict:

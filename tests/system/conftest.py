@@ -11,15 +11,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from nmt.config import TrainConfig, register_configs
+from nmt.config import TrainConfig
 from nmt.training.loop import train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,6 +40,7 @@ class Toy:
     """``experiment=toy`` runs sharing one data cache, in-process or through the scripts."""
 
     data_cache: Path
+    compose_train: Callable[..., TrainConfig]  # the root conftest's
     # For short runs: a cheap validation (a few sentences, no attention image), a log line every 10 steps.
     short: tuple[str, ...] = (
         "trainer.valid_bleu_sentences=10",
@@ -56,9 +55,7 @@ class Toy:
 
     def config(self, *overrides: str) -> TrainConfig:
         """The typed config that ``scripts/train.py experiment=toy <overrides>`` gets."""
-        register_configs()
-        with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-            return OmegaConf.to_object(compose("train", overrides=self.overrides(*overrides)))
+        return self.compose_train(*self.overrides(*overrides))
 
     def train(self, run_dir: Path, *overrides: str) -> ToyRun:
         """``scripts/train.py experiment=toy <overrides>``, in this process."""
@@ -85,16 +82,8 @@ class Toy:
 
 
 @pytest.fixture(scope="session")
-def torch_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="session")
-def toy(tmp_path_factory, torch_threads) -> Toy:
-    return Toy(tmp_path_factory.mktemp("data-cache"))
+def toy(tmp_path_factory, one_thread, compose_train_cfg) -> Toy:
+    return Toy(tmp_path_factory.mktemp("data-cache"), compose_train_cfg)
 
 
 @pytest.fixture(scope="session")

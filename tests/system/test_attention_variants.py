@@ -11,12 +11,10 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
-from nmt.config import DecodingConfig, TrainConfig, register_configs
+from nmt.config import DecodingConfig
 from nmt.data import prepare_corpus
 from nmt.decoding import beam_search, greedy_search, pad_batch
 from nmt.plotting import PNG_DPI, attention_figure_size
@@ -66,16 +64,10 @@ RUNS = {
 }
 
 
-def compose_train(*overrides: str) -> TrainConfig:
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return OmegaConf.to_object(compose("train", overrides=list(overrides)))
-
-
 @pytest.fixture(scope="module", params=sorted(RUNS))
 def run(request, toy, tmp_path_factory) -> dict:
     """A trained toy model: its run dir, final validation metrics and training time."""
-    cfg = compose_train(*RUNS[request.param], f"data.cache_dir={toy.data_cache}", *COMMON)
+    cfg = toy.compose_train(*RUNS[request.param], f"data.cache_dir={toy.data_cache}", *COMMON)
     run_dir = tmp_path_factory.mktemp(request.param)
     start = time.monotonic()
     final = train(cfg, run_dir)

@@ -18,11 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from nmt.checkpoint import load_checkpoint
-from nmt.config import TrainConfig, register_configs
+from nmt.config import TrainConfig
 from nmt.data import collate, prepare_corpus
 from nmt.training.loop import set_up, train_step
 
@@ -48,20 +46,18 @@ SGD_OVERRIDES = ["optim.lr=1.0", "optim.warmup_steps=0", "optim.schedule=constan
 MICRO = [[list(range(0, 6)), list(range(6, 16))], [list(range(16, 22)), list(range(22, 32))]]
 
 
-def toy_config(cache_dir: Path, *extra: str) -> TrainConfig:
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=[*OVERRIDES, f"data.cache_dir={cache_dir}", *extra])
-    return OmegaConf.to_object(cfg)
-
-
 @pytest.fixture(scope="module")
 def cache_dir(toy) -> Path:
     """The session's toy data cache (conftest), with this small corpus prepared once in it: the ranks
     and the torchrun runs only read it."""
-    cfg = toy_config(toy.data_cache)
+    cfg = toy.compose_train(*OVERRIDES, f"data.cache_dir={toy.data_cache}")
     prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
     return toy.data_cache
+
+
+@pytest.fixture(scope="module")
+def sgd_config(toy, cache_dir) -> TrainConfig:
+    return toy.compose_train(*OVERRIDES, f"data.cache_dir={cache_dir}", *SGD_OVERRIDES)
 
 
 def one_update(cfg: TrainConfig, run_dir: Path, micro: list[list[int]]) -> tuple[dict, float]:
@@ -75,13 +71,12 @@ def one_update(cfg: TrainConfig, run_dir: Path, micro: list[list[int]]) -> tuple
     return {k: v.detach().clone() for k, v in run.model.state_dict().items()}, stats["all_tokens"]
 
 
-def _rank(rank: int, port: int, cache_dir: Path, out_dir: Path) -> None:
+def _rank(rank: int, port: int, cfg: TrainConfig, out_dir: Path) -> None:
     """One of the 2 processes, with the environment torchrun would give it."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
     )
     torch.set_num_threads(1)
-    cfg = toy_config(cache_dir, *SGD_OVERRIDES)
     results = {n: one_update(cfg, out_dir / f"run{rank}", MICRO[rank][-n:]) for n in (1, 2)}
     if rank == 0:
         torch.save(results, out_dir / "ddp.pt")
@@ -95,11 +90,11 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_ddp_update_equals_single_process_on_the_combined_batch(cache_dir: Path, tmp_path: Path):
+def test_ddp_update_equals_single_process_on_the_combined_batch(sgd_config: TrainConfig, tmp_path: Path):
     assert "WORLD_SIZE" not in os.environ
-    mp.spawn(_rank, args=(free_port(), cache_dir, tmp_path), nprocs=2, join=True)
+    mp.spawn(_rank, args=(free_port(), sgd_config, tmp_path), nprocs=2, join=True)
     ddp = torch.load(tmp_path / "ddp.pt", weights_only=True)
-    cfg = toy_config(cache_dir, *SGD_OVERRIDES)
+    cfg = sgd_config
     initial = set_up(cfg, tmp_path / "init").model.state_dict()
     for n in (1, 2):  # micro-batches per rank
         ddp_params, ddp_tokens = ddp[n]
