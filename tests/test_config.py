@@ -55,6 +55,7 @@ def test_toy_experiment_selects_toy_data_and_a_small_vocabulary(compose_cfg):
         ("trainer.average_window=0", "trainer.average_window=0.0: must be in (0, 1]"),
         ("decoding.beam_size=0", "decoding.beam_size=0: must be > 0"),
         ("decoding.nbest=6", "decoding.nbest=6 exceeds decoding.beam_size=5"),
+        ("decoding.no_repeat_ngram=-1", "decoding.no_repeat_ngram=-1: must be >= 0"),
         ("optim.label_smoothing=1.0", "optim.label_smoothing=1.0: must be in [0, 1)"),
         ("model.dropout=-0.1", "model.dropout=-0.1: must be in [0, 1)"),
     ],
@@ -93,7 +94,13 @@ def test_only_the_given_decoding_overrides_replace_the_checkpoints_settings():
 
 
 def test_evaluate_config_types_its_decoding_overrides(compose_cfg):
-    cfg = OmegaConf.to_object(compose_cfg("evaluate", "checkpoint=x.pt", "decoding.alpha=1.5"))
-    assert cfg.decoding == DecodingOverrides(alpha=1.5)
+    overrides = [
+        "checkpoint=x.pt",
+        "decoding.alpha=1.5",
+        "decoding.no_repeat_ngram=3",
+        "decoding.word_reward=-0.5",
+    ]
+    cfg = OmegaConf.to_object(compose_cfg("evaluate", *overrides))
+    assert cfg.decoding == DecodingOverrides(alpha=1.5, no_repeat_ngram=3, word_reward=-0.5)
     with pytest.raises(ConfigCompositionException):
         compose_cfg("evaluate", "checkpoint=x.pt", "decoding.beam_sise=3")

@@ -4,15 +4,25 @@ The model is half-trained on purpose: its outputs vary in length and content, an
 search disagree on some sentences, so the comparisons below have something to compare.
 """
 
+import itertools
 import math
 from dataclasses import replace
 
 import pytest
+import reference_beam_search as reference
 import torch
 
-from nmt.config import DecodingConfig, TransformerConfig
-from nmt.decoding import beam_search, greedy_search, length_penalty, pad_batch, search, translate_ids
-from nmt.models import Seq2Seq, Transformer
+from nmt.config import DecodingConfig, RNNSearchConfig, TransformerConfig
+from nmt.decoding import (
+    beam_search,
+    block_repeated_ngrams,
+    greedy_search,
+    length_penalty,
+    pad_batch,
+    search,
+    translate_ids,
+)
+from nmt.models import Seq2Seq, Transformer, build_model
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 24
@@ -266,6 +276,207 @@ def test_a_sentence_without_live_beams_is_done(model, src):
     assert only_eos.steps == 1
 
 
+# ------------------------------------------------------------------ the reference (the search before)
+
+
+def random_rnnsearch(vocab: int, seed: int) -> Seq2Seq:
+    torch.manual_seed(seed)
+    cfg = RNNSearchConfig(
+        embed_dim=16, hidden_size=24, attention_dim=20, readout_dim=12, dropout=0.0, max_positions=32
+    )
+    return build_model(cfg, vocab, vocab, joint_vocab=True).eval()
+
+
+def random_additive_transformer(vocab: int, seed: int) -> Seq2Seq:
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(
+        d_model=16,
+        ff_dim=32,
+        heads=2,
+        encoder_layers=1,
+        decoder_layers=1,
+        dropout=0.0,
+        max_positions=32,
+        self_attention="additive",
+        cross_attention="additive",
+    )
+    return Transformer(cfg, vocab, vocab, joint_vocab=True).eval()
+
+
+def as_tuples(nbest: list[list]) -> list[list[tuple]]:
+    """Everything a search returns, compared bit for bit (floats with ==)."""
+    return [[(h.tokens, h.score, h.log_prob) for h in hyps] for hyps in nbest]
+
+
+def mixed_lengths(vocab: int, seed: int) -> torch.Tensor:
+    """Seven sources of 1 to 14 tokens (UNK included) in one padded batch."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 15, (7,), generator=g).tolist()
+    return pad_batch([torch.randint(UNK_ID, vocab, (n,), generator=g).tolist() for n in lengths], "cpu")
+
+
+REFERENCE_MODELS = {
+    "trained transformer": lambda trained: (trained, None),
+    "rambling transformer": lambda trained: (AlwaysLonger(trained), None),  # ends at its length budget
+    "unk-loving transformer": lambda trained: (PrefersUnk(trained), None),
+    "random transformer": lambda trained: (tiny_random_model(11, seed=3), 11),
+    "random transformer, large vocabulary": lambda trained: (tiny_random_model(300, seed=4), 300),
+    "random additive transformer": lambda trained: (random_additive_transformer(13, seed=5), 13),
+    "random rnnsearch": lambda trained: (random_rnnsearch(11, seed=6), 11),
+}
+
+
+@pytest.mark.parametrize("name", REFERENCE_MODELS)
+def test_beam_search_returns_exactly_what_the_reference_returns(model, src, name):
+    """Same hypotheses, same scores, bit for bit (the float operations are the same, in the same
+    order), for beams 1 to 5, n-best lists, three length penalties and no_unk on and off; with
+    no_repeat_ngram and word_reward at their defaults (off)."""
+    searched, vocab = REFERENCE_MODELS[name](model)
+    batches = [src] if vocab is None else [mixed_lengths(vocab, seed) for seed in (1, 2)]
+    batches += [batches[0][i : i + 1] for i in (0, 1)]  # one sentence at a time, as translate.py does
+    for batch, k, alpha, no_unk in itertools.product(batches, range(1, 6), (0.0, 0.6, 2.0), (False, True)):
+        cfg = DecodingConfig(beam_size=k, nbest=k if alpha else 1, alpha=alpha, no_unk=no_unk, max_len_b=4)
+        assert cfg.no_repeat_ngram == 0 and cfg.word_reward == 0.0
+        expected = reference.beam_search(searched, batch, cfg, LIMIT)
+        assert as_tuples(beam_search(searched, batch, cfg, LIMIT)) == as_tuples(expected), cfg
+
+
+@pytest.mark.parametrize("name", REFERENCE_MODELS)
+def test_greedy_search_and_uncached_beam_search_return_exactly_what_the_reference_returns(model, src, name):
+    searched, vocab = REFERENCE_MODELS[name](model)
+    whole = src if vocab is None else mixed_lengths(vocab, 1)
+    for alpha, no_unk, cache, batch in itertools.product(
+        (0.0, 0.6, 2.0), (False, True), (True, False), (whole, whole[:1])
+    ):
+        cfg = DecodingConfig(beam_size=1, alpha=alpha, no_unk=no_unk, cache=cache, max_len_b=4)
+        expected = reference.greedy_search(searched, batch, cfg, LIMIT)
+        assert as_tuples([greedy_search(searched, batch, cfg, LIMIT)]) == as_tuples([expected]), cfg
+        cfg = replace(cfg, beam_size=3, nbest=2)
+        expected = reference.beam_search(searched, batch, cfg, LIMIT)
+        assert as_tuples(beam_search(searched, batch, cfg, LIMIT)) == as_tuples(expected), cfg
+
+
+def test_beam_search_keeps_one_copy_of_the_cross_attention_keys_per_sentence(model, src):
+    """After the first step, the per-sentence part of the state is not repeated per beam, and it is
+    only selected when sentences leave."""
+    k, batch = 4, src.size(0)
+    rows = torch.arange(batch).repeat_interleave(k)
+    _, state = model.step(
+        torch.full((batch * k,), BOS_ID), model.init_state(model.reorder(model.encode(src), rows))
+    )
+    state = model.reorder(state, torch.arange(batch * k), sentences=torch.arange(batch) * k)
+    assert state["beams"] == k
+    _, state = model.step(torch.full((batch * k,), 5), state)
+    cross = state["sentence"]["cross"][0]["k"]
+    assert cross.size(0) == batch and state["self"][0]["k"].size(0) == batch * k
+    reordered = model.reorder(state, torch.arange(batch * k).flip(0))
+    assert reordered["sentence"]["cross"][0]["k"] is cross  # beams moved: the sentences did not
+    rows = torch.tensor([4, 5, 6, 7, 0, 1, 2, 3])  # sentences 1 and 0 stay, in that order
+    left = model.reorder(state, rows, sentences=torch.tensor([1, 0]))
+    assert left["beams"] == k and torch.equal(left["sentence"]["cross"][0]["k"], cross[[1, 0]])
+    assert torch.equal(left["self"][0]["k"], state["self"][0]["k"][rows])
+
+
+# --------------------------------------------------------------------------- repeated n-gram blocking
+
+
+def repeats_an_ngram(tokens: list[int], n: int) -> bool:
+    ngrams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return len(ngrams) != len(set(ngrams))
+
+
+def test_blocking_bans_exactly_the_tokens_that_would_repeat_an_ngram():
+    g = torch.Generator().manual_seed(0)
+    for n, length in itertools.product((1, 2, 3, 4), (0, 1, 2, 3, 5, 9, 20)):
+        prefixes = torch.randint(4, 9, (16, length), generator=g)
+        log_probs = torch.zeros(16, 10)
+        log_probs[:, PAD_ID] = -math.inf
+        block_repeated_ngrams(log_probs, prefixes, n)
+        for row, prefix in zip(log_probs, prefixes.tolist()):
+            banned = {t for t in range(10) if row[t] == -math.inf} - {PAD_ID}
+            ngrams = {tuple(prefix[i : i + n]) for i in range(length - n + 1)}
+            expected = {t for t in range(10) if tuple([*prefix, t][-n:]) in ngrams}
+            assert banned == expected, (n, prefix)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_blocked_searches_never_repeat_an_ngram(n):
+    """Property test over random models that repeat themselves: greedy and beam search."""
+    repeated = 0
+    for seed, vocab in itertools.product(range(3), (7, 12)):
+        model = tiny_random_model(vocab, seed)
+        batch = mixed_lengths(vocab, seed)
+        for k in (1, 2, 4):
+            cfg = DecodingConfig(beam_size=k, nbest=k, max_len_a=2.0, max_len_b=10)
+            free = search(model, batch, cfg, limit=31)
+            repeated += any(repeats_an_ngram(h.tokens, n) for hyps in free for h in hyps)
+            blocked = search(model, batch, replace(cfg, no_repeat_ngram=n), limit=31)
+            for hyps, row in zip(blocked, batch):
+                for h in hyps:
+                    assert not repeats_an_ngram(h.tokens, n), h.tokens
+                    assert not {PAD_ID, BOS_ID, EOS_ID} & set(h.tokens)
+                    assert h.log_prob == pytest.approx(sequence_log_prob(model, row, h.tokens), abs=1e-4)
+    assert repeated  # without blocking, these models do repeat n-grams
+
+
+def test_blocking_off_is_the_reference_search(model, src):
+    for k in (1, 4):
+        cfg = DecodingConfig(beam_size=k, nbest=k, no_repeat_ngram=0)
+        assert as_tuples(search(model, src, cfg, LIMIT)) == as_tuples(
+            [[h] for h in reference.greedy_search(model, src, cfg, LIMIT)]
+            if k == 1
+            else reference.beam_search(model, src, cfg, LIMIT)
+        )
+
+
+# ------------------------------------------------------------------------------------ word reward
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_word_reward_reranks_the_same_hypotheses_by_length(model, src, alpha):
+    """All candidates a step compares have the same length, so the reward changes no search step:
+    the same k finished hypotheses, ranked by score + reward * |y|; longer best ones for a reward,
+    shorter for a penalty, and the same output at reward 0."""
+    k = 5
+    cfg = DecodingConfig(beam_size=k, nbest=k, alpha=alpha)
+    plain = beam_search(model, src, cfg, LIMIT)
+    assert as_tuples(beam_search(model, src, replace(cfg, word_reward=0.0), LIMIT)) == as_tuples(
+        reference.beam_search(model, src, cfg, LIMIT)
+    )
+    mean_length = {}
+    for reward in (-1.0, 0.0, 0.5, 2.0):
+        rewarded = beam_search(model, src, replace(cfg, word_reward=reward), LIMIT)
+        for with_reward, without in zip(rewarded, plain):
+            assert {tuple(h.tokens) for h in with_reward} == {tuple(h.tokens) for h in without}
+            assert [h.score for h in with_reward] == sorted((h.score for h in with_reward), reverse=True)
+            for h in with_reward:
+                assert h.score == pytest.approx(
+                    h.log_prob / length_penalty(len(h.tokens) + 1, alpha) + reward * (len(h.tokens) + 1)
+                )
+        mean_length[reward] = sum(len(hyps[0].tokens) for hyps in rewarded) / len(rewarded)
+        best = beam_search(model, src, replace(cfg, nbest=1, word_reward=reward), LIMIT)
+        assert [h[0].tokens for h in best] == [h[0].tokens for h in rewarded]
+    assert mean_length[-1.0] <= mean_length[0.0] <= mean_length[0.5] <= mean_length[2.0]
+    assert mean_length[-1.0] < mean_length[2.0]
+
+
+def test_a_larger_word_reward_never_shortens_a_translation(model, src):
+    cfg = DecodingConfig(beam_size=4, alpha=0.6)
+    lengths = [
+        [len(h[0].tokens) for h in beam_search(model, src, replace(cfg, word_reward=r), LIMIT)]
+        for r in (0.0, 0.3, 1.0, 3.0)
+    ]
+    for shorter, longer in itertools.pairwise(lengths):
+        assert all(a <= b for a, b in zip(shorter, longer))
+
+
+def test_greedy_word_reward_only_changes_the_score(model, src):
+    plain = greedy_search(model, src, GREEDY, LIMIT)
+    rewarded = greedy_search(model, src, replace(GREEDY, word_reward=0.7), LIMIT)
+    assert [h.tokens for h in rewarded] == [h.tokens for h in plain]
+    assert [h.score for h in rewarded] == pytest.approx([h.score + 0.7 * (len(h.tokens) + 1) for h in plain])
+
+
 # ----------------------------------------------------------------------------------- model wrappers
 
 
@@ -286,8 +497,8 @@ class Wrapped(Seq2Seq):
         log_probs, state = self.inner.step(tokens, state)
         return torch.log_softmax(self.adjust(log_probs), dim=-1), state
 
-    def reorder(self, state, indices):
-        return self.inner.reorder(state, indices)
+    def reorder(self, state, indices, sentences=None):
+        return self.inner.reorder(state, indices, sentences)
 
 
 class AlwaysLonger(Wrapped):

@@ -218,6 +218,8 @@ class DecodingConfig:
     no_unk: bool = False
     max_tokens: int = 8000  # source tokens per decoding batch (times beam size)
     cache: bool = True  # incremental decoding with a key/value cache
+    no_repeat_ngram: int = 0  # n: no hypothesis contains the same n-gram twice (fairseq, HF); 0 = off
+    word_reward: float = 0.0  # added to a hypothesis' score per token (EOS included); < 0 = penalty
 
 
 @dataclass
@@ -235,6 +237,8 @@ class DecodingOverrides:
     no_unk: bool | None = None
     max_tokens: int | None = None
     cache: bool | None = None
+    no_repeat_ngram: int | None = None
+    word_reward: float | None = None
 
 
 def merge_decoding(base: DecodingConfig, overrides: DecodingOverrides) -> DecodingConfig:
@@ -442,6 +446,7 @@ DECODING_RULES: dict[str, Rule] = {
     "alpha": NON_NEGATIVE,
     "max_len_a": NON_NEGATIVE,
     "max_len_b": NON_NEGATIVE,
+    "no_repeat_ngram": NON_NEGATIVE,
 }
 TRAIN_RULES: dict[str, Rule] = {
     "trainer.precision": (lambda v: v in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}"),

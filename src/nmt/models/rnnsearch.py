@@ -9,7 +9,9 @@ s_i = GRU(s_{i-1}, [E y_{i-1}; c_i]). The word is predicted from t_i = maxout(U_
 GroundHog/dl4mt; its appendix writes s_{i-1}.
 
 For search, the decoding state is the recurrent state plus the precomputed keys U_a h_j: there is
-no other cache, so ``init_state(cache=False)`` decodes the same way.
+no other cache, so ``init_state(cache=False)`` decodes the same way. In beam search every hypothesis
+keeps its own copy of its sentence's keys and annotations (the state has no per-sentence part, see
+:class:`~nmt.models.base.Seq2Seq`).
 """
 
 from __future__ import annotations

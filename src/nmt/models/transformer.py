@@ -139,7 +139,9 @@ class DecoderLayer(nn.Module):
         memory_pad: Tensor | None,
         cache: dict | None = None,
         weights: list | None = None,
+        beams: int = 1,
     ) -> Tensor:
+        """``beams`` rows of ``x`` (hypotheses) per row of ``memory`` (sentence) in beam search."""
         # Targets are right-padded, so causal masking alone keeps real positions off the padding.
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
@@ -153,6 +155,7 @@ class DecoderLayer(nn.Module):
                 key_padding_mask=memory_pad,
                 cache=cross_cache,
                 need_weights=weights is not None,
+                beams=beams,
             )
             if weights is not None:
                 weights.append(w)
@@ -214,10 +217,11 @@ class Transformer(Seq2Seq):
         caches: list | None = None,
         offset: int = 0,
         weights: list | None = None,
+        beams: int = 1,
     ) -> Tensor:
         x = self.tgt_embed(tgt_in, offset)
         for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, memory_pad, caches[i] if caches is not None else None, weights)
+            x = layer(x, memory, memory_pad, caches[i] if caches is not None else None, weights, beams)
         return self.dec_norm(x)
 
     # ------------------------------------------------------------------------------------- search
@@ -226,28 +230,37 @@ class Transformer(Seq2Seq):
         return {"memory": memory, "memory_pad": pad if pad is not None else self.padding_mask(src)}
 
     def init_state(self, encoded: State, cache: bool = True) -> State:
-        state = dict(encoded)
-        batch = encoded["memory"].size(0)
-        state["prefix"] = encoded["memory"].new_zeros(batch, 0, dtype=torch.long)
-        if cache:
-            state["caches"] = [{"self": {}, "cross": {}} for _ in self.decoder]
-        return state
+        """With the cache: per sentence (``state["sentence"]``), the encoder output and, from the first
+        step on, the cross-attention keys/values in place of it; per hypothesis, the target prefix
+        and the self-attention keys/values. Without it, every hypothesis keeps its own memory: each
+        step recomputes the cross-attention keys/values from it, over the rows it always had (a
+        matrix product over fewer rows may round differently)."""
+        prefix = encoded["memory"].new_zeros(encoded["memory"].size(0), 0, dtype=torch.long)
+        if not cache:
+            return {**encoded, "prefix": prefix}
+        return {
+            "beams": 1,
+            "sentence": {**encoded, "cross": [{} for _ in self.decoder]},
+            "prefix": prefix,
+            "self": [{} for _ in self.decoder],
+        }
 
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
         prefix = torch.cat([state["prefix"], tokens[:, None]], dim=1)
-        state = {**state, "prefix": prefix}
-        if "caches" in state:
-            x = self._decode(
-                tokens[:, None],
-                state["memory"],
-                state["memory_pad"],
-                state["caches"],
-                offset=prefix.size(1) - 1,
-            )
-            state["memory"] = None  # now inside the cross-attention caches; no need to reorder it
-        else:
+        if "self" not in state:
             x = self._decode(prefix, state["memory"], state["memory_pad"])
-        return log_softmax_fp32(self.output(x[:, -1])), state
+            return log_softmax_fp32(self.output(x[:, -1])), {**state, "prefix": prefix}
+        sentence = state["sentence"]
+        x = self._decode(
+            tokens[:, None],
+            sentence["memory"],
+            sentence["memory_pad"],
+            [{"self": own, "cross": shared} for own, shared in zip(state["self"], sentence["cross"])],
+            offset=prefix.size(1) - 1,
+            beams=state["beams"],
+        )
+        sentence = {**sentence, "memory": None}  # now inside the cross-attention caches
+        return log_softmax_fp32(self.output(x[:, -1])), {**state, "prefix": prefix, "sentence": sentence}
 
     def cross_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         memory, pad = self._encode(src)
