@@ -172,11 +172,14 @@ def test_the_cache_holds_kv_heads_and_is_as_large_as_kv_cache_bytes_says(cfg):
     for t in range(steps):
         _, state = model.step(torch.full((3,), BOS_ID if t == 0 else 5), state)
     kv_heads = cfg.kv_heads or cfg.heads
-    for layer in state["caches"]:
+    # per layer: the hypotheses' self-attention cache and the sentences' cross-attention cache
+    pairs = zip(state["self"], state["sentence"]["cross"])
+    caches = [{"self": own, "cross": shared} for own, shared in pairs]
+    for layer in caches:
         for role, length in (("self", steps), ("cross", src.size(1))):
             assert layer[role]["k"].shape[:3] == (3, kv_heads, length)
             assert layer[role]["v"].shape == (3, kv_heads, length, cfg.d_model // cfg.heads)
-    stored = sum(t.nbytes for layer in state["caches"] for c in layer.values() for t in c.values())
+    stored = sum(t.nbytes for layer in caches for c in layer.values() for t in c.values())
     assert stored == 3 * kv_cache_bytes(cfg, steps, src.size(1), dtype_bytes=4)
 
 
