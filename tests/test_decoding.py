@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import reference_beam_search as reference
 import torch
+from copy_task import copy_sentences, train_to_copy
 
 from nmt.config import DecodingConfig, RNNSearchConfig, TransformerConfig
 from nmt.decoding import (
@@ -34,38 +35,17 @@ GREEDY = DecodingConfig(beam_size=1, alpha=0.0)
 
 
 def random_sentences(count: int, seed: int, min_len: int = 2, max_len: int = 9) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(min_len, max_len + 1, (count,), generator=g).tolist()
-    words = [torch.randint(EOS_ID, VOCAB, (n,), generator=g) for n in lengths]
-    return [w.masked_fill(w.eq(EOS_ID), UNK_ID).tolist() for w in words]  # ordinary tokens and UNK
+    return copy_sentences(count, VOCAB, seed, min_len, max_len)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is as fast, and much faster on a busy machine (no OpenMP spinning)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def model(one_thread) -> Transformer:
+def model() -> Transformer:
     """Trained to copy its input (UNK included) for 80 steps: right on some sentences, not all."""
     torch.manual_seed(0)
-    model = Transformer(CFG, VOCAB, VOCAB, joint_vocab=True)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(80):
-        sources = random_sentences(32, seed=step)
-        src = tgt_out = pad_batch(sources, "cpu")
-        tgt_in = torch.cat([torch.full((len(sources), 1), BOS_ID), tgt_out[:, :-1]], dim=1)
-        tgt_in[tgt_in == EOS_ID] = PAD_ID
-        keep = tgt_out.ne(PAD_ID)
-        loss = torch.nn.functional.cross_entropy(model(src, tgt_in, keep), tgt_out[keep])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return train_to_copy(Transformer(CFG, VOCAB, VOCAB, joint_vocab=True), VOCAB, steps=80)
 
 
 @pytest.fixture(scope="module")

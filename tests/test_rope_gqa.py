@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from copy_task import copy_sentences, train_to_copy
 
 from nmt.config import DecodingConfig, TransformerConfig, to_container, to_train_config
 from nmt.decoding import beam_search, greedy_search, pad_batch
@@ -13,7 +14,7 @@ from nmt.errors import NMTError
 from nmt.models import Transformer, kv_cache_bytes
 from nmt.models import attention as attention_module
 from nmt.models.attention import AdditiveAttention, DotProductAttention, rotary
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 24
 TINY = TransformerConfig(
@@ -206,33 +207,15 @@ def test_step_by_step_log_probs_equal_teacher_forcing(cfg, cache):
         torch.testing.assert_close(log_probs, forced[:, t], rtol=0, atol=1e-5)
 
 
-def copy_sentences(count: int, seed: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(2, 10, (count,), generator=g).tolist()
-    words = [torch.randint(EOS_ID, VOCAB, (n,), generator=g) for n in lengths]
-    return [w.masked_fill(w.eq(EOS_ID), UNK_ID).tolist() for w in words]
-
-
 @pytest.fixture(scope="module")
 def copier() -> Transformer:
     """RoPE and multi-query attention, trained to copy for 60 steps: outputs of varied length and content."""
     torch.manual_seed(0)
-    model = Transformer(VARIANTS["rope+mqa"], VOCAB, VOCAB, joint_vocab=True)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(60):
-        src = tgt_out = pad_batch(copy_sentences(32, seed=step), "cpu")
-        tgt_in = torch.cat([torch.full((src.size(0), 1), BOS_ID), tgt_out[:, :-1]], dim=1)
-        tgt_in[tgt_in == EOS_ID] = PAD_ID
-        keep = tgt_out.ne(PAD_ID)
-        loss = torch.nn.functional.cross_entropy(model(src, tgt_in, keep), tgt_out[keep])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return train_to_copy(Transformer(VARIANTS["rope+mqa"], VOCAB, VOCAB, joint_vocab=True), VOCAB, steps=60)
 
 
 def test_search_with_rope_and_mqa(copier):
-    src = pad_batch(copy_sentences(24, seed=1000), "cpu")
+    src = pad_batch(copy_sentences(24, VOCAB, seed=1000), "cpu")
     limit = TINY.max_positions - 1
     greedy = greedy_search(copier, src, DecodingConfig(beam_size=1, alpha=0.0), limit)
     beam1 = beam_search(copier, src, DecodingConfig(beam_size=1, alpha=0.0), limit)
