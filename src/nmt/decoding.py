@@ -270,8 +270,8 @@ def translate_ids(
     sources = [list(s[: max_positions - 1]) for s in sources]
     results: list[list[Hypothesis]] = [[] if s else [Hypothesis([], 0.0, 0.0)] for s in sources]
     todo = [i for i, s in enumerate(sources) if s]
-    budget = max(1, cfg.max_tokens // max(cfg.beam_size, 1))
-    batches = list(length_sorted_batches([len(sources[i]) + 1 for i in todo], budget))
+    source_tokens = max(1, cfg.max_tokens // max(cfg.beam_size, 1))  # per batch, before the beam
+    batches = list(length_sorted_batches([len(sources[i]) + 1 for i in todo], source_tokens))
     with tqdm(total=len(sources), disable=not progress, desc="decoding", unit="sent") as bar:
         bar.update(len(sources) - len(todo))
         for batch in batches:

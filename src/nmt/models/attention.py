@@ -196,8 +196,8 @@ class DotProductAttention(Attention):
     """Scaled dot-product attention (Vaswani et al., 2017) through ``F.scaled_dot_product_attention``,
     which picks fused flash/memory-efficient kernels on GPU. The explicit softmax path is used when
     the weights are asked for (plots), since the fused kernels do not return them, and for bf16/fp16
-    on CPU, where the fused kernel is 3-4x slower than in fp32 and slower than the explicit path
-    (which makes a bf16 training step of transformer_small on Multi30k about 1.3x faster)."""
+    on CPU, where the fused kernel is slower than in fp32 and slower than the explicit path (README,
+    "Speed")."""
 
     def attend(self, q, k, v, key_padding_mask, causal, need_weights):
         dropout = self.dropout if self.training else 0.0
