@@ -1,45 +1,20 @@
 """The greedy and beam search of nmt.decoding before it kept per-sentence state and finished
 hypotheses in tensors (commit 9a8ac6d), kept verbatim as the reference that the faster search must
-reproduce exactly. It runs on today's models: it never tells ``reorder`` which sentences stay, so
+reproduce exactly (the helpers it shares with today's search, which did not change, are imported). It
+runs on today's models: it never tells ``reorder`` which sentences stay, so
 every state keeps one hypothesis per sentence (one row each) and is reordered whole, as before."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
+from nmt.decoding import Hypothesis, _mask_logits, length_penalty, max_lengths
 from nmt.models.base import Seq2Seq
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # without BOS/EOS
-    score: float  # length-normalised log-probability (the ranking score)
-    log_prob: float
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT length penalty ((5 + length) / 6) ** alpha."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def max_lengths(src: Tensor, a: float, b: int, limit: int) -> list[int]:
-    """Per-sentence output budget a * src_len + b (src_len counts real tokens including EOS)."""
-    src_len = src.ne(PAD_ID).sum(dim=1).tolist()
-    return [max(1, min(limit, int(a * n + b))) for n in src_len]
-
-
-def _mask_logits(log_probs: Tensor, no_unk: bool) -> Tensor:
-    log_probs[:, PAD_ID] = -math.inf
-    log_probs[:, BOS_ID] = -math.inf
-    if no_unk:
-        log_probs[:, UNK_ID] = -math.inf
-    return log_probs
+from nmt.tokenizer import BOS_ID, EOS_ID
 
 
 def _force_eos(log_probs: Tensor, rows: Tensor) -> None:
