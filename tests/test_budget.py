@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nmt.config import DefaultBudgetConfig, TrainerConfig
-from nmt.training.budget import Budget, averaging_marks
+from nmt.training.budget import Budget, BudgetBar, averaging_marks
 
 
 def test_a_run_without_stopping_rule_gets_the_default_budget_of_its_device():
@@ -36,3 +36,18 @@ def test_averaging_marks_spread_over_the_window_and_end_the_run():
     assert averaging_marks(0.2, 5) == pytest.approx([0.84, 0.88, 0.92, 0.96, 1.0])
     assert averaging_marks(1.0, 2) == pytest.approx([0.5, 1.0])
     assert averaging_marks(0.2, 0) == []
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [Budget(max_steps=10), Budget(max_minutes=1.5), Budget(max_epochs=2)],
+    ids=["steps", "minutes", "epochs"],
+)
+def test_the_progress_bar_follows_any_budget(budget, capsys):
+    bar = BudgetBar(budget, step=0, minutes=0.0, enabled=True)
+    for step in range(1, 4):
+        bar.update(step, minutes=step / 60)
+        bar.set_postfix({"loss": "1.0"}, step)
+    bar.close()
+    shown = capsys.readouterr().err
+    assert "train" in shown and ("left" in shown) == (budget.max_minutes > 0 and not budget.max_steps)

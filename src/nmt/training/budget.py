@@ -64,14 +64,15 @@ TIME_BAR = "{l_bar}{bar}| {n:.0f}/{total:.0f} s [{remaining} left{postfix}]"
 
 
 class BudgetBar:
-    """A progress bar against the budget: updates when there is a step limit, else minutes, with ETA."""
+    """A progress bar against the budget, with ETA: updates when there is a step limit, else minutes
+    when there is a time limit, else (epochs only) a count of updates."""
 
     def __init__(self, budget: Budget, step: int, minutes: float, enabled: bool):
-        self.by_steps = bool(budget.max_steps)
+        self.by_steps = bool(budget.max_steps) or not budget.max_minutes
         if self.by_steps:
-            total, initial, unit = budget.max_steps, step, "step"
+            total, initial, unit = budget.max_steps or None, step, "step"
         else:
-            total, initial, unit = budget.max_minutes * 60 or None, minutes * 60, "s"
+            total, initial, unit = budget.max_minutes * 60, minutes * 60, "s"
         self.bar = tqdm(
             total=total,
             initial=initial,
