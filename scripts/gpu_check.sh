@@ -43,11 +43,12 @@ echo; echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/d
 for precision in bf16 fp16; do
   log="$OUT/train_$precision/train.log"
   [ -f "$log" ] || continue
-  grep -o 'step [0-9]*: loss [0-9.]*.*tok_s [0-9]*' "$log" | awk -v p="$precision" '
-    NR == 1 {first = $4} {last = $4; line = $0}
-    END {verdict = (last < first) ? "falling" : "NOT FALLING"; if (NR) print p ": loss " first " -> " last " (" verdict "); last: " line}'
-  grep -q "NOT FALLING" <(grep -o 'step [0-9]*: loss [0-9.]*' "$log" | awk 'NR==1{f=$4}{l=$4}END{if(l>=f)print "NOT FALLING"}') \
-    && failed+=("loss_$precision")
+  # "step N: loss X lr Y tok_s Z" lines: the first and the last loss, and the last throughput
+  summary=$(grep -o 'step [0-9]*: loss [0-9.]* lr [^ ]* tok_s [0-9]*' "$log" | awk '
+    NR == 1 {first = $4} {last = $4; tok = $8}
+    END {if (NR) printf "%s -> %s, %s tokens/s, %s", first, last, tok, (last < first) ? "falling" : "NOT FALLING"}')
+  echo "$precision training loss: ${summary:-no log lines}"
+  [[ "$summary" == *falling && "$summary" != *"NOT FALLING" ]] || failed+=("loss_$precision")
 done
 for beam in 1 4; do
   [ -f "$OUT/decode_beam$beam.log" ] && echo "beam $beam: $(grep -E '^BLEU|sent/s' "$OUT/decode_beam$beam.log" | tr '\n' ' ')"
