@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,13 +158,29 @@ def _proportional(sizes: list[int], n: int) -> list[int]:
 
 def _hf_data_files(cfg: HFDataConfig, hf_split: str) -> list[str]:
     """The files behind a split (hub URLs or local paths), resolved by ``datasets`` as it would load them."""
+    return _hf_call(
+        cfg,
+        hf_split,
+        lambda datasets, kwargs: [
+            str(f) for f in datasets.load_dataset_builder(cfg.path, **kwargs).config.data_files[hf_split]
+        ],
+    )
+
+
+def _hf_rows(cfg: HFDataConfig, hf_split: str):
+    return _hf_call(
+        cfg, hf_split, lambda datasets, kwargs: datasets.load_dataset(cfg.path, split=hf_split, **kwargs)
+    )
+
+
+def _hf_call(cfg: HFDataConfig, hf_split: str, load: Callable[[Any, dict[str, Any]], Any]) -> Any:
+    """``load(datasets, kwargs)`` for the split; any failure (network, hub, files) as one NMTError."""
     import datasets  # slow to import; only this source needs it
 
     quiet_hub()
     what, kwargs = _hf_where(cfg, hf_split)
     try:
-        builder = datasets.load_dataset_builder(cfg.path, **kwargs)
-        return [str(f) for f in builder.config.data_files[hf_split]]
+        return load(datasets, kwargs)
     except Exception as e:  # network, hub and file errors all come as different types
         raise NMTError(
             f"could not load Hugging Face dataset {what}: {type(e).__name__}: {e}; {_hint(cfg)}"
@@ -179,19 +195,6 @@ def _hf_where(cfg: HFDataConfig, hf_split: str) -> tuple[str, dict[str, Any]]:
         files = cfg.data_files.replace("{split}", hf_split)
         return f"{cfg.path} files {files}", {"data_files": {hf_split: files}}
     return f"{cfg.path} ({cfg.config_name}), split {hf_split!r}", {"name": cfg.config_name}
-
-
-def _hf_rows(cfg: HFDataConfig, hf_split: str):
-    import datasets  # slow to import; only this source needs it
-
-    quiet_hub()
-    what, kwargs = _hf_where(cfg, hf_split)
-    try:
-        return datasets.load_dataset(cfg.path, split=hf_split, **kwargs)
-    except Exception as e:  # network, hub and file errors all come as different types
-        raise NMTError(
-            f"could not load Hugging Face dataset {what}: {type(e).__name__}: {e}; {_hint(cfg)}"
-        ) from None
 
 
 def quiet_hub() -> None:
