@@ -96,6 +96,16 @@ def test_shard_r_gets_every_world_size_th_batch(lengths):
     assert shard == all_batches[1 : len(all_batches) // 2 * 2 : 2]
 
 
+def test_each_epoch_is_batched_by_its_own_segmentation(lengths):
+    """Subword sampling: row e % rows of the lengths is the corpus as epoch e will see it."""
+    longer = (lengths[0] * 2, lengths[1] * 2)
+    s = TokenBatchSampler(np.stack([lengths[0], longer[0]]), np.stack([lengths[1], longer[1]]), MAX_TOKENS)
+    for rows in (lengths, longer, lengths):
+        batches = epoch(s)
+        assert max(cost(b, *rows) for b in batches) <= MAX_TOKENS
+        assert np.mean([cost(b, *rows) for b in batches]) > 0.8 * MAX_TOKENS
+
+
 def test_example_longer_than_the_budget_is_a_batch_of_its_own():
     s = TokenBatchSampler([3, 500, 4], [3, 2, 4], 100, shuffle=False)
     assert sorted(epoch(s)) == [[0, 2], [1]]

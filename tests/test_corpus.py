@@ -94,6 +94,30 @@ def local_corpus(tmp_path: Path) -> LocalDataConfig:
     return LocalDataConfig(dir=str(src_dir), name="corpus", cache_dir=str(tmp_path / "cache"))
 
 
+SAMPLING = replace(TOY_TOKENIZER, sampling_alpha=0.3, sampled_copies=3)
+
+
+def test_subword_sampling_resegments_the_same_training_text_reproducibly(tmp_path, monkeypatch):
+    plain = prepare_corpus(toy(tmp_path), TOY_TOKENIZER, progress=False)
+    assert plain.train_segmentations == [plain.splits["train"]]
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", lambda *a, **k: pytest.fail("retrained"))
+    data = prepare_corpus(toy(tmp_path), SAMPLING, progress=False)  # same tokenizer, new copies
+    assert data.tokenizer.fingerprint == plain.tokenizer.fingerprint
+    assert len(data.train_segmentations) == 3 and data.splits["train"] not in data.train_segmentations
+    src_text, tgt_text = data.raw("train")
+    rows = [[tuple(copy.src(i)) for i in range(len(copy))] for copy in data.train_segmentations]
+    for copy in data.train_segmentations:
+        assert data.tokenizer.decode_src([copy.src(i) for i in range(len(copy))]) == src_text
+        assert data.tokenizer.decode_tgt([copy.tgt(i) for i in range(len(copy))]) == tgt_text
+        assert copy.src_lengths.sum() > plain.splits["train"].src_lengths.sum()  # merges were dropped
+    assert len({tuple(r) for r in rows}) == 3  # each copy its own segmentation
+    assert "segmented 3 times by sampling" in format_summary(data.summary)
+
+    monkeypatch.undo()
+    elsewhere = prepare_corpus(toy(tmp_path / "again"), SAMPLING, progress=False)
+    assert [[tuple(c.src(i)) for i in range(len(c))] for c in elsewhere.train_segmentations] == rows
+
+
 def test_local_corpus_records_what_cleaning_dropped(tmp_path):
     data = prepare_corpus(local_corpus(tmp_path), TokenizerConfig(vocab_size=40), progress=False)
     assert data.summary["pairs"] == {"train": 60, "valid": 8, "test": 8}  # valid/test kept whole

@@ -124,3 +124,31 @@ def test_fp16_overflow_counts_as_a_skipped_update(config, tmp_path: Path, monkey
     with pytest.raises(NMTError, match="trainer.max_bad_steps=2"):
         train_step(run, batches[3])
     run.monitor.close({})
+
+
+def test_each_epoch_trains_on_its_own_sampled_segmentation(config, tmp_path: Path, monkeypatch):
+    """tokenizer.sampling_alpha: epoch e collates from copy e % copies, in batches cut by its lengths."""
+    cfg = config(
+        "model.max_positions=128",  # no truncation: the copies differ in length
+        "tokenizer.sampling_alpha=0.3",
+        "tokenizer.sampled_copies=2",
+        "trainer.max_epochs=3",
+        "trainer.valid_every=1000",
+    )
+    used = []
+
+    def recording_collate(split, indices, max_positions):
+        used.append((split.src_lengths, indices))
+        return collate(split, indices, max_positions)
+
+    monkeypatch.setattr(loop, "collate", recording_collate)
+    loop.train(cfg, tmp_path)
+    copies = set_up(cfg, tmp_path / "again").data.train_segmentations
+    assert not np.array_equal(copies[0].src_lengths, copies[1].src_lengths)
+    both = [np.stack([c.src_lengths for c in copies]), np.stack([c.tgt_lengths for c in copies])]
+    sampler = loop.TokenBatchSampler(*both, MAX_TOKENS, seed=cfg.seed)
+    for e in range(3):  # each epoch's batches: the corpus once, from copy e % 2, as cut by its lengths
+        expected = list(sampler)
+        epoch_used, used = used[: len(expected)], used[len(expected) :]
+        assert [indices for _, indices in epoch_used] == expected
+        assert all(np.array_equal(lengths, copies[e % 2].src_lengths) for lengths, _ in epoch_used)

@@ -96,6 +96,12 @@ class TokenizerConfig:
     character_coverage: float = 1.0
     input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) for training
     seed: int = 42
+    # Subword regularisation (Kudo 2018; BPE-dropout, Provilkov et al. 2020): the training split is also
+    # segmented `sampled_copies` times with SentencePiece's sampling, and epoch e trains on copy
+    # e % sampled_copies. bpe: alpha is the probability of dropping a merge; unigram: the smoothing
+    # exponent. 0 = off. Valid, test and inference always use the one best segmentation.
+    sampling_alpha: float = 0.0
+    sampled_copies: int = 8
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -467,6 +473,8 @@ TRAIN_RULES: dict[str, Rule] = {
     **{f"optim.{key}": NON_NEGATIVE for key in ("warmup_steps", "clip_norm", "weight_decay")},
     **{f"optim.{key}": PROBABILITY for key in ("label_smoothing", "src_word_dropout", "tgt_word_dropout")},
     "tokenizer.vocab_size": POSITIVE,
+    "tokenizer.sampling_alpha": NON_NEGATIVE,
+    "tokenizer.sampled_copies": POSITIVE,
     "model.max_positions": (lambda v: v >= 2, "must be >= 2 (one token plus EOS)"),
     **{f"model.{key}": PROBABILITY for key in ("dropout", "attention_dropout", "activation_dropout")},
     **{f"decoding.{key}": rule for key, rule in DECODING_RULES.items()},

@@ -21,6 +21,7 @@ from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SAMPLING_KEYS = ("sampling_alpha", "sampled_copies")  # how the training split is re-segmented, not the model
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,12 @@ class Tokenizer:
     def encode_tgt(self, texts: list[str]) -> list[list[int]]:
         return _encode(self._tgt, texts)
 
+    def sample_src(self, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
+        return _sample(self._src, texts, alpha, seed)
+
+    def sample_tgt(self, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
+        return _sample(self._tgt, texts, alpha, seed)
+
     def decode_src(self, ids: list[list[int]]) -> list[str]:
         return [self._src.decode(_strip_specials(seq)) for seq in ids]
 
@@ -74,6 +81,15 @@ class Tokenizer:
 
 def _encode(sp: spm.SentencePieceProcessor, texts: list[str]) -> list[list[int]]:
     return sp.encode(list(texts), out_type=int, num_threads=_threads())
+
+
+def _sample(sp: spm.SentencePieceProcessor, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
+    """One sampled segmentation per text (subword regularisation), reproducible from ``seed``: on one
+    thread, as SentencePiece's threads would draw from the generator in no fixed order."""
+    spm.set_random_generator_seed(seed)
+    return sp.encode(
+        list(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1
+    )
 
 
 def _strip_specials(ids: list[int]) -> list[int]:
@@ -110,7 +126,7 @@ def train_tokenizer(
     files in a fixed (sorted) order, so en->de and de->en share it.
     """
     src_texts_path, tgt_texts_path = Path(src_texts_path), Path(tgt_texts_path)
-    settings = config_dict(cfg)
+    settings = {key: v for key, v in config_dict(cfg).items() if key not in SAMPLING_KEYS}
     inputs = (
         sorted([src_texts_path, tgt_texts_path]) if settings["joint"] else [src_texts_path, tgt_texts_path]
     )

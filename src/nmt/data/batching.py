@@ -27,6 +27,9 @@ class TokenBatchSampler:
     (clip the lengths to the model's ``max_positions - 1`` first, as ``collate`` truncates to that:
     :func:`clipped_lengths`).
 
+    The lengths may have one row per segmentation of the corpus (subword sampling, see
+    ``PreparedData.train_segmentations``): epoch e is then batched by row ``e % rows``.
+
     With ``world_size > 1`` rank r gets batches r, r + world_size, ... of the shuffled epoch. Every rank
     gets the same number, ``total // world_size``: the last ``total % world_size`` batches are dropped
     (they differ every epoch). All ranks must use the same seed.
@@ -48,8 +51,8 @@ class TokenBatchSampler:
         rank: int = 0,
         world_size: int = 1,
     ):
-        self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
-        self.tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
+        self.src_lengths = np.atleast_2d(np.asarray(src_lengths, dtype=np.int64))  # (segmentations, examples)
+        self.tgt_lengths = np.atleast_2d(np.asarray(tgt_lengths, dtype=np.int64))
         if self.src_lengths.shape != self.tgt_lengths.shape:
             raise ValueError("src_lengths and tgt_lengths differ in size")
         if not 0 <= rank < world_size:
@@ -88,9 +91,11 @@ class TokenBatchSampler:
 
     def _make_batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
-        keys = (self.tgt_lengths, self.src_lengths)
-        order = np.lexsort((rng.random(len(self.src_lengths)), *keys) if self.shuffle else keys)
-        batches = cut_batches(order, self.src_lengths + 1, self.tgt_lengths + 1, self.max_tokens)
+        row = epoch % len(self.src_lengths)
+        src_lengths, tgt_lengths = self.src_lengths[row], self.tgt_lengths[row]
+        keys = (tgt_lengths, src_lengths)
+        order = np.lexsort((rng.random(len(src_lengths)), *keys) if self.shuffle else keys)
+        batches = cut_batches(order, src_lengths + 1, tgt_lengths + 1, self.max_tokens)
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         usable = len(batches) // self.world_size * self.world_size

@@ -7,6 +7,8 @@ Layout under ``{cache_dir}/{name}/``::
         {train,valid,test}.{lang}      cleaned text of BOTH languages, one sentence per line
         tokenizer-<hash>/              SentencePiece model(s), see nmt.tokenizer.train_tokenizer
         ids-<tokenizer fingerprint>/   {split}.{lang}.ids.npy (flat int32) + .offsets.npy (int64)
+        samples-<fingerprint>-<hash>/  train{k}.{lang}.*.npy: sampled segmentations of the training
+                                       split (tokenizer.sampling_alpha > 0), one per k < sampled_copies
 
 The data hash ignores the translation direction, so en->de and de->en share the text (and, with a
 joint tokenizer, the encoded ids too). Each folder is written atomically and never modified, so its
@@ -18,7 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,13 @@ class PreparedData:
     summary: dict  # pairs per split, dropped per reason, vocab size, tokens per split, mean lengths
     src_lang: str
     tgt_lang: str
+    train_copies: list[EncodedSplit] = field(default_factory=list)  # sampled segmentations of "train"
+
+    @property
+    def train_segmentations(self) -> list[EncodedSplit]:
+        """What the epochs train on in turn (epoch e: item e % len): the sampled copies, or the one best
+        segmentation when subword sampling is off. Same sentences in the same order in each."""
+        return self.train_copies or [self.splits["train"]]
 
     def raw(self, split: str) -> tuple[list[str], list[str]]:
         """Cleaned source and reference text, in corpus order (the references for BLEU)."""
@@ -90,7 +99,8 @@ def prepare_corpus(data_cfg: DataConfig, tok_cfg: TokenizerConfig, progress: boo
     src, tgt = data_cfg.src_lang, data_cfg.tgt_lang
     if src == tgt:
         raise NMTError(f"data.src_lang and data.tgt_lang are both {src!r}")
-    with tqdm(total=3, desc="preparing data", unit="step", disable=not progress) as bar:
+    sampling = tok_cfg.sampling_alpha > 0
+    with tqdm(total=3 + sampling, desc="preparing data", unit="step", disable=not progress) as bar:
         bar.set_postfix_str("text")
         root = _prepare_text(data_cfg, progress)
         bar.update()
@@ -100,10 +110,15 @@ def prepare_corpus(data_cfg: DataConfig, tok_cfg: TokenizerConfig, progress: boo
         bar.set_postfix_str("encoding")
         ids_dir = _encode(root, tokenizer, src, tgt)
         bar.update()
+        copies = []
+        if sampling:
+            bar.set_postfix_str("sampling")
+            copies = _sample_train(root, tokenizer, tok_cfg, src, tgt)
+            bar.update()
     splits = {split: EncodedSplit.load(ids_dir, split, src, tgt) for split in SPLITS}
     meta = json.loads((root / "meta.json").read_text())
-    summary = _summary(data_cfg, root, tokenizer, splits, meta)
-    return PreparedData(root, tokenizer, splits, summary, src, tgt)
+    summary = _summary(data_cfg, root, tokenizer, splits, meta, copies)
+    return PreparedData(root, tokenizer, splits, summary, src, tgt, copies)
 
 
 # ----------------------------------------------------------------------------------------------- text
@@ -165,6 +180,30 @@ def _encode(root: Path, tokenizer: Tokenizer, src: str, tgt: str) -> Path:
     return folder
 
 
+def _sample_train(
+    root: Path, tokenizer: Tokenizer, cfg: TokenizerConfig, src: str, tgt: str
+) -> list[EncodedSplit]:
+    """``cfg.sampled_copies`` sampled segmentations of the training split, encoded once and cached: copy k
+    is drawn with seed ``cfg.seed + k``, so the same settings give the same copies on any machine."""
+    settings = {"alpha": cfg.sampling_alpha, "copies": cfg.sampled_copies, "seed": cfg.seed}
+    folder = root / f"samples-{tokenizer.fingerprint}-{hash_key(settings)}"
+    if not folder.is_dir():
+        log.info(
+            "sampling %d segmentations of train (alpha %g) -> %s",
+            cfg.sampled_copies,
+            cfg.sampling_alpha,
+            folder,
+        )
+        with atomic_dir(folder) as tmp:
+            for k in range(cfg.sampled_copies):
+                for lang, sample in ((src, tokenizer.sample_src), (tgt, tokenizer.sample_tgt)):
+                    texts = read_lines(root / f"train.{lang}")
+                    ids, offsets = _flatten(sample(texts, cfg.sampling_alpha, cfg.seed + k))
+                    np.save(tmp / f"train{k}.{lang}.ids.npy", ids)
+                    np.save(tmp / f"train{k}.{lang}.offsets.npy", offsets)
+    return [EncodedSplit.load(folder, f"train{k}", src, tgt) for k in range(cfg.sampled_copies)]
+
+
 def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs)), out=offsets[1:])
@@ -176,7 +215,12 @@ def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _summary(
-    cfg: DataConfig, root: Path, tokenizer: Tokenizer, splits: dict[str, EncodedSplit], meta: dict
+    cfg: DataConfig,
+    root: Path,
+    tokenizer: Tokenizer,
+    splits: dict[str, EncodedSplit],
+    meta: dict,
+    copies: list[EncodedSplit],
 ) -> dict:
     def mean(lengths: np.ndarray) -> float:
         return float(lengths.mean()) if len(lengths) else 0.0
@@ -195,6 +239,11 @@ def _summary(
         },
         "mean_length": {
             split: {"src": mean(s.src_lengths), "tgt": mean(s.tgt_lengths)} for split, s in splits.items()
+        },
+        "sampled_copies": {
+            "copies": len(copies),
+            "tokens": sum(int(c.src_lengths.sum() + c.tgt_lengths.sum()) for c in copies)
+            // max(len(copies), 1),
         },
     }
 
@@ -221,6 +270,13 @@ def format_summary(summary: dict) -> str:
         lines.append(
             f"{split:<6} {pairs:>9,} {tokens['src']:>12,} {tokens['tgt']:>12,} "
             f"{mean['src']:>8.1f} {mean['tgt']:>8.1f}  {drop_text}"
+        )
+    sampled = summary["sampled_copies"]
+    if sampled["copies"]:
+        best = summary["tokens"]["train"]["src"] + summary["tokens"]["train"]["tgt"]
+        lines.append(
+            f"train is also segmented {sampled['copies']} times by sampling (tokenizer.sampling_alpha): "
+            f"{sampled['tokens'] / max(best, 1) - 1:+.0%} tokens per copy"
         )
     return "\n".join(lines)
 

@@ -100,8 +100,13 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     run = set_up(cfg, run_dir)
     stop = GracefulStop()
     index_lists = endless_batches(run.sampler, run.progress, run.budget)
-    train_split = run.data.splits["train"]
+    segmentations = run.data.train_segmentations
     word_dropout = (cfg.optim.src_word_dropout, cfg.optim.tgt_word_dropout)
+
+    def batch(epoch: int, indices: list[int]) -> Batch:
+        split = segmentations[epoch % len(segmentations)]  # the sampler batched by the same lengths
+        return drop_words(collate(split, indices, cfg.model.max_positions).to(run.device), *word_dropout)
+
     window, reason = Window(), ""
     started = time.monotonic() - run.progress.elapsed_s  # a resumed run goes on with its time budget
 
@@ -117,7 +122,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     bar = BudgetBar(run.budget, run.progress.step, minutes(), run.dist.is_main and cfg.trainer.progress)
     try:
         while not reason:
-            micro = [next(index_lists) for _ in range(cfg.trainer.accumulate)]
+            micro = [next(index_lists) for _ in range(cfg.trainer.accumulate)]  # (epoch, indices) each
             if None in micro:
                 reason = f"max_epochs={run.budget.max_epochs} reached"
                 break
@@ -128,10 +133,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
                 # the fraction once this step is done: the checkpoint is written after it
                 "checkpoint": bool(marks) and run.budget_fraction(spent, run.progress.step + 1) >= marks[0],
             }
-            batches = [
-                drop_words(collate(train_split, idx, cfg.model.max_positions).to(run.device), *word_dropout)
-                for idx in micro
-            ]
+            batches = [batch(epoch, indices) for epoch, indices in micro]
             stats = train_step(run, batches, flags)
             run.progress.step += 1
             run.progress.elapsed_s = time.monotonic() - started
@@ -189,9 +191,10 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     precision, why = resolve_precision(cfg.trainer.precision, device)
     budget = Budget.from_config(cfg.trainer, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    train_split = data.splits["train"]
+    lengths = [clipped_lengths(split, cfg.model.max_positions) for split in data.train_segmentations]
     sampler = TokenBatchSampler(
-        *clipped_lengths(train_split, cfg.model.max_positions),
+        np.stack([src for src, _ in lengths]),
+        np.stack([tgt for _, tgt in lengths]),
         cfg.trainer.max_tokens,
         shuffle=True,
         seed=cfg.seed,
@@ -326,12 +329,14 @@ def restore(path: Path, model, optimizer, scaler, sampler, rank: int) -> Progres
 
 
 def endless_batches(sampler: TokenBatchSampler, progress: Progress, budget: Budget):
-    """Index lists epoch after epoch (from the sampler's saved position); None after ``max_epochs``."""
+    """(epoch, index list) pairs epoch after epoch (from the sampler's saved position); None after
+    ``max_epochs``."""
     while True:
         if budget.max_epochs and progress.epoch >= budget.max_epochs:  # also when resumed
             while True:
                 yield None
-        yield from sampler
+        for indices in sampler:
+            yield sampler.epoch, indices
         progress.epoch += 1
         sampler.set_epoch(progress.epoch)
 
