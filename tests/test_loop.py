@@ -152,3 +152,16 @@ def test_each_epoch_trains_on_its_own_sampled_segmentation(config, tmp_path: Pat
         epoch_used, used = used[: len(expected)], used[len(expected) :]
         assert [indices for _, indices in epoch_used] == expected
         assert all(np.array_equal(lengths, copies[e % 2].src_lengths) for lengths, _ in epoch_used)
+
+
+def test_linear_schedule_follows_the_budget_of_the_run(config, tmp_path: Path):
+    """optim.schedule=linear: the rate of update s is lr * ramp * (1 - spent), spent = (s - 1) / max_steps."""
+    run = set_up(config("optim.schedule=linear", "optim.warmup_steps=2", "trainer.max_steps=8"), tmp_path)
+    batches = [collate(run.data.splits["train"], idx, run.cfg.model.max_positions) for idx in run.sampler]
+    lrs = []
+    for batch in batches[:8]:
+        lrs.append(train_step(run, [batch])["lr"])
+        run.progress.step += 1
+    lr = run.cfg.optim.lr
+    assert lrs == pytest.approx([lr * min(s / 2, 1) * (1 - (s - 1) / 8) for s in range(1, 9)])
+    run.monitor.close({})

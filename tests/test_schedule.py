@@ -47,6 +47,19 @@ def test_constant_schedule_and_no_warmup():
     assert learning_rate(4, no_warmup) == pytest.approx(2.5e-4)
 
 
+def test_linear_schedule_ramps_up_then_falls_to_zero_at_the_end_of_the_budget():
+    linear = OptimConfig(lr=1e-3, warmup_steps=100, schedule="linear")
+    assert learning_rate(50, linear, spent=0.01) == pytest.approx(0.5e-3 * 0.99)
+    assert learning_rate(100, linear, spent=0.02) == pytest.approx(1e-3 * 0.98)
+    assert learning_rate(5000, linear, spent=0.75) == pytest.approx(0.25e-3)
+    assert learning_rate(9999, linear, spent=1.0) == 0.0 == learning_rate(9999, linear, spent=1.2)
+    steps = range(1, 1001)  # a 1000-step budget: spent before update s is (s - 1) / 1000
+    lrs = [learning_rate(s, linear, spent=(s - 1) / 1000) for s in steps]
+    assert max(abs(a - b) for a, b in zip(lrs, lrs[1:])) < 1.1e-5  # continuous: no jump after warmup
+    no_warmup = OptimConfig(lr=1e-3, warmup_steps=0, schedule="linear")
+    assert learning_rate(1, no_warmup, spent=0.0) == pytest.approx(1e-3)
+
+
 def test_unknown_schedule_is_refused_from_the_first_step():
     for step in (1, 5000):  # not only after warmup, hours into a run
         with pytest.raises(NMTError, match="optim.schedule 'cosine'"):

@@ -159,7 +159,7 @@ class OptimConfig:
     eps: float = 1e-9
     weight_decay: float = 0.0
     warmup_steps: int = 4000
-    schedule: str = "inverse_sqrt"  # "inverse_sqrt" | "constant"
+    schedule: str = "inverse_sqrt"  # "inverse_sqrt" | "constant" | "linear" (to zero at the budget's end)
     clip_norm: float = 1.0  # 0 = no clipping
     label_smoothing: float = 0.1
     # word dropout (Sennrich & Zhang 2019): training inputs replaced by <unk> with this probability

@@ -352,10 +352,12 @@ def train_step(run: Run, batches: list[Batch], flags: dict[str, bool] | None = N
     flags = flags or {}
     tokens = sum(b.tgt_tokens for b in batches)
     # On the model's device: NCCL (GPU) cannot reduce CPU tensors; on CPU this changes nothing.
-    counts = torch.tensor([float(tokens), *map(float, flags.values())], device=run.device)
+    # The budget spent so far (optim.schedule=linear) is averaged too: clocks differ, the rate must not.
+    spent = run.budget_fraction(progress.elapsed_s / 60, progress.step)
+    counts = torch.tensor([float(tokens), spent, *map(float, flags.values())], device=run.device)
     counts = all_reduce_sum(counts, dist).tolist()
-    total_tokens, agreed = counts[0], {name: n > 0 for name, n in zip(flags, counts[1:])}
-    lr = learning_rate(progress.step + 1, cfg.optim)
+    total_tokens, agreed = counts[0], {name: n > 0 for name, n in zip(flags, counts[2:])}
+    lr = learning_rate(progress.step + 1, cfg.optim, counts[1] / dist.world_size)
     for group in optimizer.param_groups:
         group["lr"] = lr
     loss_sum = torch.zeros((), device=run.device)
