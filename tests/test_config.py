@@ -14,7 +14,7 @@ from nmt.config import (
     merge_decoding,
 )
 from nmt.errors import NMTError
-from nmt.training.loop import is_better
+from nmt.training.validation import is_better
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

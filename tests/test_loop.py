@@ -11,10 +11,13 @@ import pytest
 import torch
 
 import nmt.training.loop as loop
+import nmt.training.validation as validation
 from nmt.config import TrainConfig
 from nmt.data import collate
 from nmt.errors import NMTError
-from nmt.training.loop import Run, set_up, train_step, validate
+from nmt.training.loop import train_step
+from nmt.training.setup import Run, set_up
+from nmt.training.validation import validate
 
 MAX_TOKENS = 512
 
@@ -80,7 +83,7 @@ def test_validation_batches_of_truncated_sentences_fill_the_budget(run: Run, mon
         sizes.append(padded_size(batch))
         return batch
 
-    monkeypatch.setattr(loop, "collate", recording_collate)
+    monkeypatch.setattr(validation, "collate", recording_collate)
     result = validate(run.model, run.data, run.cfg, run.device, run.precision)
     assert math.isfinite(result.metrics["loss"])
     assert len(sizes) > 2 and max(sizes) <= MAX_TOKENS

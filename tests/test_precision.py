@@ -24,7 +24,8 @@ from nmt.decoding import translate_ids
 from nmt.devices import autocast, resolve_precision
 from nmt.errors import NMTError
 from nmt.models.attention import DotProductAttention
-from nmt.training.loop import Run, set_up, train_step
+from nmt.training.loop import train_step
+from nmt.training.setup import Run, set_up
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # `pytest -m cuda` (scripts/gpu_check.sh) runs these on a GPU; elsewhere they skip.

@@ -22,7 +22,8 @@ import torch.multiprocessing as mp
 from nmt.checkpoint import load_checkpoint
 from nmt.config import TrainConfig
 from nmt.data import collate, prepare_corpus
-from nmt.training.loop import set_up, train_step
+from nmt.training.loop import train_step
+from nmt.training.setup import set_up
 
 ROOT = Path(__file__).resolve().parents[2]
 # A tiny model without dropout (its masks would differ between the two set-ups), on a small toy corpus.

@@ -24,7 +24,7 @@ from nmt.config import BenchConfig, TrainConfig, to_container
 from nmt.devices import resolve_precision
 from nmt.errors import NMTError
 from nmt.models import count_parameters
-from nmt.training.loop import set_up
+from nmt.training.setup import set_up
 
 __all__ = ["ReferenceTransformer", "format_report", "run_benchmark", "transformer_flops"]
 

@@ -20,7 +20,7 @@ from nmt.config import BenchConfig, TransformerConfig
 from nmt.decoding import translate_ids
 from nmt.devices import autocast
 from nmt.models import Seq2Seq, kv_cache_bytes
-from nmt.training.loop import Run
+from nmt.training.setup import Run
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from nmt.devices import autocast
 from nmt.models import Transformer
 from nmt.models.transformer import sinusoidal_table
 from nmt.tokenizer import PAD_ID
-from nmt.training.loop import make_optimizer
+from nmt.training.setup import make_optimizer
 
 
 def transformer_flops(model: Transformer, batch: Batch) -> float:

@@ -23,7 +23,8 @@ from nmt.config import BenchConfig
 from nmt.data import Batch, collate
 from nmt.errors import NMTError
 from nmt.models import Transformer
-from nmt.training.loop import Progress, Run, train_step
+from nmt.training.loop import train_step
+from nmt.training.setup import Progress, Run
 
 log = logging.getLogger(__name__)
 

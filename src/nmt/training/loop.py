@@ -7,92 +7,32 @@ of target tokens (over all ranks), so accumulation and DDP give the same gradien
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
-import random
 import signal
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from nmt import checkpoint as ckpt_io
-from nmt.config import HIGHER_IS_BETTER, TrainConfig, check_train_config, to_container
-from nmt.data import (
-    Batch,
-    PreparedData,
-    TokenBatchSampler,
-    clipped_lengths,
-    collate,
-    drop_words,
-    prepare_corpus,
-)
-from nmt.decoding import translate_ids
-from nmt.devices import autocast, resolve_precision, select_device
+from nmt.config import TrainConfig, to_container
+from nmt.data import Batch, TokenBatchSampler, collate, drop_words
+from nmt.devices import autocast
 from nmt.errors import NMTError
-from nmt.evaluation import corpus_scores
-from nmt.models import Seq2Seq, build_model, count_parameters
 from nmt.tokenizer import PAD_ID
 from nmt.training.budget import Budget, BudgetBar, averaging_marks
-from nmt.training.distributed import (
-    Dist,
-    all_gather_object,
-    all_reduce_sum,
-    broadcast_object,
-    cleanup,
-    init_distributed,
-)
+from nmt.training.distributed import all_gather_object, all_reduce_sum, broadcast_object, cleanup
 from nmt.training.loss import label_smoothed_nll
-from nmt.training.monitor import Monitor
 from nmt.training.schedule import learning_rate
+from nmt.training.setup import Progress, Run, set_up
+from nmt.training.validation import is_better, validate
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Progress:
-    """Everything besides tensors that a resumed run needs to continue exactly."""
-
-    step: int = 0
-    epoch: int = 0
-    best: float | None = None
-    bad_validations: int = 0
-    bad_steps: int = 0
-    skipped_steps: int = 0
-    elapsed_s: float = 0.0  # training time so far, over all sessions of a resumed run (the time budget)
-    history: list[dict[str, float]] = field(default_factory=list)
-
-
-@dataclass
-class Run:
-    """The objects of one training run, passed around together."""
-
-    cfg: TrainConfig
-    data: PreparedData
-    model: Seq2Seq  # the bare model: checkpoints, validation, decoding
-    step_model: torch.nn.Module  # what the training step calls: DDP- and/or compile-wrapped model
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    sampler: TokenBatchSampler
-    monitor: Monitor
-    dist: Dist  # this process's rank among the ranks of the run
-    device: torch.device
-    precision: str
-    ckpt_dir: Path
-    progress: Progress
-    budget: Budget
-
-    def budget_fraction(self, minutes: float, steps: int) -> float:
-        """How much of the budget is spent after ``steps`` updates and ``minutes``."""
-        epochs = self.progress.epoch + self.sampler.position / max(len(self.sampler), 1)
-        return self.budget.fraction(steps, epochs, minutes)
 
 
 def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, float]:
@@ -170,162 +110,6 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     run.monitor.close(final)
     cleanup(run.dist)
     return final
-
-
-# ------------------------------------------------------------------------------------------- set-up
-def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
-    """Device, process group, seeds, data, model, optimizer, sampler; restored from a checkpoint
-    when ``trainer.resume`` says so."""
-    check_train_config(cfg)
-    device = select_device(cfg.trainer.device)
-    dist = init_distributed(device)
-    if dist.enabled and device.type == "cuda":
-        device = torch.device("cuda", dist.local_rank)
-        torch.cuda.set_device(device)
-    seed_everything(cfg.seed)
-    data = prepare_on_main_first(cfg, dist)
-    tok = data.tokenizer
-    model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).to(device)
-    seed_everything(rank_seed(cfg.seed, dist.rank))  # same initial weights, different dropout per rank
-    optimizer = make_optimizer(model, cfg)
-    precision, why = resolve_precision(cfg.trainer.precision, device)
-    budget = Budget.from_config(cfg.trainer, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    lengths = [clipped_lengths(split, cfg.model.max_positions) for split in data.train_segmentations]
-    sampler = TokenBatchSampler(
-        np.stack([src for src, _ in lengths]),
-        np.stack([tgt for _, tgt in lengths]),
-        cfg.trainer.max_tokens,
-        shuffle=True,
-        seed=cfg.seed,
-        rank=dist.rank,
-        world_size=dist.world_size,
-    )
-    progress = Progress()
-    ckpt_dir = run_dir / "checkpoints"
-    resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
-    if resume_from is not None:
-        progress = restore(resume_from, model, optimizer, scaler, sampler, dist.rank)
-        log.info("resumed from %s at step %d (epoch %d)", resume_from, progress.step, progress.epoch)
-    if dist.is_main:
-        log.info(
-            "model: %s parameters on %s, %d rank(s); precision %s (%s)",
-            f"{count_parameters(model):,}",
-            device,
-            dist.world_size,
-            precision,
-            why,
-        )
-        log.info("budget: %s", budget.describe())
-        log.info(
-            "effective batch: up to %d tokens per update (max_tokens %d x accumulate %d x %d ranks)",
-            cfg.trainer.max_tokens * cfg.trainer.accumulate * dist.world_size,
-            cfg.trainer.max_tokens,
-            cfg.trainer.accumulate,
-            dist.world_size,
-        )
-    monitor = Monitor(run_dir, cfg, dist.is_main, purge_step=progress.step or None)
-    return Run(
-        cfg=cfg,
-        data=data,
-        model=model,
-        step_model=wrap_model(model, cfg, dist),
-        optimizer=optimizer,
-        scaler=scaler,
-        sampler=sampler,
-        monitor=monitor,
-        dist=dist,
-        device=device,
-        precision=precision,
-        ckpt_dir=ckpt_dir,
-        progress=progress,
-        budget=budget,
-    )
-
-
-# ---------------------------------------------------------------------------------- set-up helpers
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def rank_seed(seed: int, rank: int) -> int:
-    """A well-mixed seed per (seed, rank), so that no two ranks share a dropout stream."""
-    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
-
-
-def prepare_on_main_first(cfg: TrainConfig, dist: Dist) -> PreparedData:
-    """Rank 0 prepares (and caches) the corpus; the other ranks then read the cache."""
-    if dist.is_main:
-        data = prepare_corpus(cfg.data, cfg.tokenizer, progress=True)
-    broadcast_object(None, dist)  # a barrier that works on every backend
-    if not dist.is_main:
-        data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
-    return data
-
-
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    o = cfg.optim
-    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
-    if o.name not in kinds:
-        raise NMTError(f"optim.name must be one of {sorted(kinds)}, got {o.name!r}")
-    return kinds[o.name](
-        model.parameters(),
-        lr=learning_rate(1, o),
-        betas=tuple(o.betas),
-        eps=o.eps,
-        weight_decay=o.weight_decay,
-        # One fused kernel per parameter instead of ~10 elementwise ops per update.
-        fused=model_device(model).type in ("cpu", "cuda"),
-    )
-
-
-def wrap_model(model: Seq2Seq, cfg: TrainConfig, dist: Dist) -> torch.nn.Module:
-    """DDP under torchrun, then ``torch.compile`` if asked (dynamic shapes: batches vary in length)."""
-    wrapped: torch.nn.Module = model
-    if dist.enabled:
-        wrapped = DistributedDataParallel(
-            model, device_ids=[dist.local_rank] if model_device(model).type == "cuda" else None
-        )
-    if cfg.trainer.compile:
-        wrapped = torch.compile(wrapped, dynamic=True)
-    return wrapped
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def resume_path(resume: str | None, ckpt_dir: Path) -> Path | None:
-    if not resume:
-        return None
-    if resume == "auto":
-        last = ckpt_dir / "last.pt"
-        if last.is_file():
-            return last
-        log.info("trainer.resume=auto: no %s yet, starting fresh", last)
-        return None
-    path = Path(resume)
-    if not path.is_file():
-        raise NMTError(f"trainer.resume={resume}: no such checkpoint")
-    return path
-
-
-def restore(path: Path, model, optimizer, scaler, sampler, rank: int) -> Progress:
-    state = ckpt_io.load_checkpoint(path)
-    ckpt_io.load_model_state(model, state, where=f"trainer.resume={path}")
-    optimizer.load_state_dict(state["optimizer"])
-    scaler.load_state_dict(state["scaler"])
-    sampler.load_state_dict(state["sampler"])
-    rng = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]  # one per rank
-    if rank < len(rng):
-        ckpt_io.set_rng_state(rng[rank])
-    else:
-        log.warning(
-            "rank %d: no saved random state (the run had %d rank(s)); resuming anyway", rank, len(rng)
-        )
-    return Progress(**state["progress"])
 
 
 def endless_batches(sampler: TokenBatchSampler, progress: Progress, budget: Budget):
@@ -482,58 +266,6 @@ class Window:
         }
         self.reset()
         return out
-
-
-# ------------------------------------------------------------------------------------- validation
-@torch.no_grad()
-def validate(model: Seq2Seq, data: PreparedData, cfg: TrainConfig, device, precision) -> Validation:
-    """Teacher-forced loss/perplexity on the whole valid split, greedy BLEU/chrF on its first sentences."""
-    model.eval()
-    split = data.splits["valid"]
-    sampler = TokenBatchSampler(
-        *clipped_lengths(split, cfg.model.max_positions), cfg.trainer.max_tokens, shuffle=False
-    )
-    nll, tokens = 0.0, 0
-    for idx in sampler:
-        batch = collate(split, idx, cfg.model.max_positions).to(device)
-        with autocast(device, precision):
-            target_mask = batch.tgt_out.ne(PAD_ID)
-            logits = model(batch.src, batch.tgt_in, target_mask)
-        nll += label_smoothed_nll(logits, batch.tgt_out[target_mask], 0.0)[1].item()
-        tokens += batch.tgt_tokens
-    n = (
-        len(split)
-        if cfg.trainer.valid_bleu_sentences <= 0
-        else min(len(split), cfg.trainer.valid_bleu_sentences)
-    )
-    sources = [split.src(i) for i in range(n)]
-    decoding = dataclasses.replace(cfg.decoding, beam_size=cfg.trainer.valid_beam_size, nbest=1)
-    with autocast(device, precision):
-        hyps = translate_ids(model, sources, decoding, device, cfg.model.max_positions)
-    hyp_text = data.tokenizer.decode_tgt([h[0].tokens for h in hyps])
-    src_text, ref_text = (side[:n] for side in data.raw("valid"))
-    scores = corpus_scores(hyp_text, ref_text)
-    model.train()
-    metrics = {
-        "loss": nll / max(tokens, 1),
-        "ppl": math.exp(min(nll / max(tokens, 1), 50)),
-        "bleu": scores["bleu"].score,
-        "chrf": scores["chrf"].score,
-    }
-    return Validation(metrics, list(zip(src_text, ref_text, hyp_text)), (sources[0], hyps[0][0].tokens))
-
-
-@dataclass
-class Validation:
-    metrics: dict[str, float]
-    examples: list[tuple[str, str, str]]  # (source, reference, hypothesis) of the decoded sentences
-    first: tuple[list[int], list[int]]  # source and hypothesis ids of the first one (attention image)
-
-
-def is_better(value: float, best: float | None, metric: str) -> bool:
-    if best is None:
-        return True
-    return value > best if HIGHER_IS_BETTER[metric] else value < best
 
 
 def validate_and_save(run: Run) -> bool:
