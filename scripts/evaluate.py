@@ -1,7 +1,9 @@
 """Evaluate a checkpoint: ``python scripts/evaluate.py checkpoint=PATH [data.split=test] ...``.
 
-Prints BLEU and chrF (sacrebleu, with signatures), with ``eval.by_length=true`` also per source-length
-bucket; writes the hypotheses and a JSON report into ``eval/`` beside the run's checkpoints folder.
+Prints BLEU and chrF (sacrebleu, with signatures), what is wrong with the outputs (length ratio,
+repetition loops, words copied from the source), with ``eval.by_length=true`` the scores per
+source-length bucket; writes the hypotheses and a JSON report into ``eval/`` beside the run's
+checkpoints folder.
 """
 
 from pathlib import Path
@@ -22,6 +24,7 @@ def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     report = evaluate_checkpoint(cfg, report_dir(Path(cfg.checkpoint)))
     print(format_scores(report.scores))
+    print(report.outputs.summary())
     if report.by_length:
         print(format_by_length(report.by_length))
     print(

@@ -106,6 +106,67 @@ def format_by_length(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------- output diagnostics
+LONG = 1.5  # a hypothesis this many times longer than its reference counts as over-long
+
+
+@dataclass
+class OutputStats:
+    """What is wrong with the outputs beyond the score: too short or long, looping, copying the source.
+
+    Counted on whitespace words; shares are of the non-empty references' sentences (``over_long`` and
+    ``over_long_looping``: hypotheses longer than ``LONG`` x their reference, and the share of those
+    that repeat a word 3-gram).
+    """
+
+    length_ratio: float  # hypothesis words / reference words, over the corpus
+    repeats_3gram: float  # hypotheses in which some word 3-gram occurs at least twice
+    loops: float  # ... at least three times: a decoder stuck in a loop
+    over_long: float
+    over_long_looping: float
+    source_words: float  # share of hypothesis words that also occur in their source sentence
+    empty: float  # empty hypotheses
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        return (
+            f"outputs: length ratio {self.length_ratio:.3f}, {self.repeats_3gram:.1%} repeat a 3-gram "
+            f"({self.loops:.1%} three times or more), {self.over_long:.1%} over {LONG:g}x the reference "
+            f"({self.over_long_looping:.0%} of them looping), {self.source_words:.1%} of words also in "
+            f"the source, {self.empty:.1%} empty"
+        )
+
+
+def output_stats(sources: Sequence[str], hyps: Sequence[str], refs: Sequence[str]) -> OutputStats:
+    if not len(sources) == len(hyps) == len(refs):
+        raise ValueError(f"{len(sources)} sources, {len(hyps)} hypotheses, {len(refs)} references")
+    rows = [(s.split(), h.split(), r.split()) for s, h, r in zip(sources, hyps, refs) if r.strip()]
+    n = max(len(rows), 1)
+    most = [_most_repeated_3gram(h) for _, h, _ in rows]
+    long = [i for i, (_, h, r) in enumerate(rows) if len(h) > LONG * len(r)]
+    hyp_words = sum(len(h) for _, h, _ in rows)
+    copied = sum(sum(w in set(s) for w in h) for s, h, _ in rows)
+    return OutputStats(
+        length_ratio=hyp_words / max(sum(len(r) for _, _, r in rows), 1),
+        repeats_3gram=sum(m >= 2 for m in most) / n,
+        loops=sum(m >= 3 for m in most) / n,
+        over_long=len(long) / n,
+        over_long_looping=sum(most[i] >= 2 for i in long) / max(len(long), 1),
+        source_words=copied / max(hyp_words, 1),
+        empty=sum(not h for _, h, _ in rows) / n,
+    )
+
+
+def _most_repeated_3gram(words: list[str]) -> int:
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(len(words) - 2):
+        gram = tuple(words[i : i + 3])
+        counts[gram] = counts.get(gram, 0) + 1
+    return max(counts.values(), default=0)
+
+
 # ------------------------------------------------------------------------------- checkpoint evaluation
 @dataclass
 class EvalReport:
@@ -124,6 +185,7 @@ class EvalReport:
     device: str
     backend: str  # torch or ct2
     step: int | None
+    outputs: OutputStats  # length, loops, copies
     by_length: list[dict] | None = None  # scores per source-length bucket (eval.by_length)
 
     def as_dict(self) -> dict:
@@ -172,6 +234,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
         device=str(device),
         backend=cfg.backend,
         step=translator.step,
+        outputs=output_stats(sources, hyp_text, refs),
         by_length=scores_by_length([len(s) for s in ids], hyp_text, refs, metrics=cfg.eval.metrics)
         if cfg.eval.by_length
         else None,
