@@ -51,3 +51,13 @@ def test_the_progress_bar_follows_any_budget(budget, capsys):
     bar.close()
     shown = capsys.readouterr().err
     assert "train" in shown and ("left" in shown) == (budget.max_minutes > 0 and not budget.max_steps)
+
+
+def test_the_time_bar_survives_the_last_step_running_past_the_budget(capsys):
+    """The step that crosses max_minutes ends after it: the bar must still draw and close."""
+    bar = BudgetBar(Budget(max_minutes=1.0), step=0, minutes=0.0, enabled=True)
+    bar.update(100, minutes=0.5)
+    bar.update(201, minutes=1.02)
+    bar.set_postfix({"loss": "1.0"}, 201)
+    bar.close()
+    assert "60/60 s" in capsys.readouterr().err

@@ -86,8 +86,8 @@ class BudgetBar:
     def update(self, step: int, minutes: float) -> None:
         if self.by_steps:
             self.bar.update(step - self.bar.n)
-        else:
-            self.bar.update(minutes * 60 - self.bar.n)
+        else:  # capped: past its total tqdm drops the total, which the time format cannot print
+            self.bar.update(min(minutes * 60, self.bar.total) - self.bar.n)
 
     def set_postfix(self, values: dict[str, str], step: int) -> None:
         self.bar.set_postfix(values if self.by_steps else {"step": step, **values})
