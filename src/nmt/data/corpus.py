@@ -194,11 +194,12 @@ def _sample_train(
             cfg.sampling_alpha,
             folder,
         )
+        sides = [(src, tokenizer.sample_src), (tgt, tokenizer.sample_tgt)]
+        texts = {lang: read_lines(root / f"train.{lang}") for lang, _ in sides}
         with atomic_dir(folder) as tmp:
             for k in range(cfg.sampled_copies):
-                for lang, sample in ((src, tokenizer.sample_src), (tgt, tokenizer.sample_tgt)):
-                    texts = read_lines(root / f"train.{lang}")
-                    ids, offsets = _flatten(sample(texts, cfg.sampling_alpha, cfg.seed + k))
+                for lang, sample in sides:
+                    ids, offsets = _flatten(sample(texts[lang], cfg.sampling_alpha, cfg.seed + k))
                     np.save(tmp / f"train{k}.{lang}.ids.npy", ids)
                     np.save(tmp / f"train{k}.{lang}.offsets.npy", offsets)
     return [EncodedSplit.load(folder, f"train{k}", src, tgt) for k in range(cfg.sampled_copies)]
