@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -127,9 +128,6 @@ class OutputStats:
     source_words: float  # share of hypothesis words that also occur in their source sentence
     empty: float  # empty hypotheses
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
     def summary(self) -> str:
         return (
             f"outputs: length ratio {self.length_ratio:.3f}, {self.repeats_3gram:.1%} repeat a 3-gram "
@@ -142,12 +140,12 @@ class OutputStats:
 def output_stats(sources: Sequence[str], hyps: Sequence[str], refs: Sequence[str]) -> OutputStats:
     if not len(sources) == len(hyps) == len(refs):
         raise ValueError(f"{len(sources)} sources, {len(hyps)} hypotheses, {len(refs)} references")
-    rows = [(s.split(), h.split(), r.split()) for s, h, r in zip(sources, hyps, refs) if r.strip()]
+    rows = [(set(s.split()), h.split(), r.split()) for s, h, r in zip(sources, hyps, refs) if r.strip()]
     n = max(len(rows), 1)
     most = [_most_repeated_3gram(h) for _, h, _ in rows]
     long = [i for i, (_, h, r) in enumerate(rows) if len(h) > LONG * len(r)]
     hyp_words = sum(len(h) for _, h, _ in rows)
-    copied = sum(sum(w in set(s) for w in h) for s, h, _ in rows)
+    copied = sum(w in source for source, h, _ in rows for w in h)
     return OutputStats(
         length_ratio=hyp_words / max(sum(len(r) for _, _, r in rows), 1),
         repeats_3gram=sum(m >= 2 for m in most) / n,
@@ -160,11 +158,7 @@ def output_stats(sources: Sequence[str], hyps: Sequence[str], refs: Sequence[str
 
 
 def _most_repeated_3gram(words: list[str]) -> int:
-    counts: dict[tuple[str, ...], int] = {}
-    for i in range(len(words) - 2):
-        gram = tuple(words[i : i + 3])
-        counts[gram] = counts.get(gram, 0) + 1
-    return max(counts.values(), default=0)
+    return max(Counter(zip(words, words[1:], words[2:])).values(), default=0)
 
 
 # ------------------------------------------------------------------------------- checkpoint evaluation
