@@ -252,6 +252,13 @@ def merge_decoding(base: DecodingConfig, overrides: DecodingOverrides) -> Decodi
     return dataclasses.replace(base, **{k: v for k, v in vars(overrides).items() if v is not None})
 
 
+@dataclass
+class FinalConfig:
+    """How the main job picks the run's final model (scripts/select_final.py reads it from the checkpoint)."""
+
+    alphas: list[float] = field(default_factory=list)  # length penalties tried on valid; [] = decoding.alpha
+
+
 # --------------------------------------------------------------------------------------- the scripts
 
 
@@ -263,6 +270,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    final: FinalConfig = field(default_factory=FinalConfig)
     seed: int = 1
 
 
@@ -357,7 +365,7 @@ class SelectConfig:
 
     run_dir: str = MISSING
     candidates: list[str] = field(default_factory=lambda: ["best.pt", "averaged.pt"])  # in checkpoints/
-    alphas: list[float] = field(default_factory=list)  # length penalties to try; [] = the checkpoint's
+    alphas: list[float] = field(default_factory=list)  # length penalties to try; [] = the run's final.alphas
     split: str = "valid"
     output: str = "final.pt"  # written into checkpoints/
     device: str = "auto"
@@ -478,6 +486,7 @@ TRAIN_RULES: dict[str, Rule] = {
     "model.max_positions": (lambda v: v >= 2, "must be >= 2 (one token plus EOS)"),
     **{f"model.{key}": PROBABILITY for key in ("dropout", "attention_dropout", "activation_dropout")},
     **{f"decoding.{key}": rule for key, rule in DECODING_RULES.items()},
+    "final.alphas": (lambda v: all(a >= 0 for a in v), "must all be >= 0"),
 }
 
 

@@ -3,7 +3,8 @@
 Which checkpoint translates best depends on the run: the average of the last step checkpoints usually
 beats the best single one, but not when they reach back into early training (a slow machine, a short
 budget); the length penalty that suits a model is found the same way. So the main job scores each
-candidate (and each length penalty asked for) on the validation split and keeps the winner.
+candidate (and each length penalty asked for, here or by the run's ``final.alphas``) on the validation
+split and keeps the winner.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nmt.checkpoint import atomic_save, load_checkpoint
+from nmt.checkpoint import atomic_save, checkpoint_config, load_checkpoint
 from nmt.config import DecodingOverrides, EvalDataConfig, EvalFilesConfig, EvaluateConfig, SelectConfig
 from nmt.errors import NMTError
 from nmt.evaluation import evaluate_checkpoint
@@ -52,10 +53,11 @@ def choose_final(cfg: SelectConfig) -> FinalChoice:
     paths = [ckpt_dir / name for name in cfg.candidates if (ckpt_dir / name).is_file()]
     if not paths:
         raise NMTError(f"candidates={cfg.candidates}: none of them is in {ckpt_dir}")
+    alphas = cfg.alphas or checkpoint_config(load_checkpoint(paths[0])).final.alphas
     out_dir = Path(cfg.run_dir) / "eval" / "selection"
     candidates = []
     for path in paths:
-        for alpha in cfg.alphas or [None]:
+        for alpha in alphas or [None]:
             name = f"{path.stem}.{cfg.split}" + ("" if alpha is None else f".alpha{alpha:g}")
             eval_cfg = EvaluateConfig(
                 checkpoint=str(path),

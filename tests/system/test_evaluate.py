@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint import atomic_save, load_checkpoint
 from nmt.config import EvalFilesConfig, EvaluateConfig
 from nmt.data import prepare_text
 from nmt.errors import NMTError
@@ -210,12 +210,22 @@ def test_average_checkpoints_script_writes_a_checkpoint_that_evaluates(toy, toy_
 # ---------------------------------------------------------------------------- the final model
 
 
-def test_final_model_is_chosen_on_valid_and_beats_or_equals_best(toy, toy_run, tmp_path):
+@pytest.mark.parametrize("alphas_from", ["command line", "training config"])
+def test_final_model_is_chosen_on_valid_and_beats_or_equals_best(alphas_from, toy, toy_run, tmp_path):
+    """The length penalties come from select_final's ``alphas`` or else the run's ``final.alphas``."""
     run = tmp_path / "run"
     shutil.copytree(toy_run.checkpoints, run / "checkpoints")
     proc = toy.script("average_checkpoints.py", f"run_dir={run}", "last=5", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    proc = toy.script("select_final.py", f"run_dir={run}", "alphas=[0.6,1.0]", cwd=tmp_path)
+    if alphas_from == "command line":
+        args = ["alphas=[0.6,1.0]"]
+    else:  # as if trained with final.alphas=[0.6,1.0]
+        args = []
+        for name in ("best.pt", "averaged.pt"):
+            ckpt = load_checkpoint(run / "checkpoints" / name)
+            ckpt["config"]["final"] = {"alphas": [0.6, 1.0]}
+            atomic_save(ckpt, run / "checkpoints" / name)
+    proc = toy.script("select_final.py", f"run_dir={run}", *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "final model:" in proc.stdout and "(valid)" in proc.stdout
 
