@@ -75,7 +75,9 @@ def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread, tiny_
     kv = decode["kv_cache_per_sentence"]
     assert kv["kv_heads"] == 1 and kv["dtype_bytes"] == 4 and kv["src_positions"] > 1
     assert kv["bytes"] == kv_cache_bytes(cfg.model, kv["tgt_positions"], kv["src_positions"], 4)
-    assert kv["beam_bytes"] == 2 * kv["bytes"]
+    assert kv["beam_size"] == 2
+    cross = cfg.model.decoder_layers * kv["src_positions"] * 2 * (cfg.model.d_model // cfg.model.heads) * 4
+    assert kv["beam_bytes"] == 2 * kv["bytes"] - cross  # the source's keys and values once per sentence
     json.dumps(results)  # the script writes it as JSON
     report = format_report(results)
     assert "project/reference" in report and "cache speedup" in report and "KV cache per sentence" in report

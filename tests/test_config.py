@@ -14,6 +14,7 @@ from nmt.config import (
     merge_decoding,
 )
 from nmt.errors import NMTError
+from nmt.training.setup import set_up
 from nmt.training.validation import is_better
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -59,13 +60,35 @@ def test_toy_experiment_selects_toy_data_and_a_small_vocabulary(compose_cfg):
         ("final.alphas=[0.6,-1.0]", "final.alphas=[0.6, -1.0]: must all be >= 0"),
         ("optim.label_smoothing=1.0", "optim.label_smoothing=1.0: must be in [0, 1)"),
         ("model.dropout=-0.1", "model.dropout=-0.1: must be in [0, 1)"),
+        ("model.heads=0", "model.heads=0: must be > 0"),
+        ("optim.betas=[0.9]", "optim.betas=[0.9]: must be two numbers in [0, 1)"),
+        ("optim.eps=-1", "optim.eps=-1.0: must be >= 0"),
+        ("model.kv_heads=3", "model.heads=4 must be a multiple of model.kv_heads=3"),
+        ("model.d_model=98", "model.d_model=98 is not divisible by model.heads=4"),
+        ("model.positional=rotary", "model.positional=rotary: must be one of sinusoidal, learned, rope"),
+        ("model.cross_attention=luong", "model.cross_attention=luong: must be one of dot_product, additive"),
+        ("model.positional=rope model.d_model=36", "model.positional=rope needs model.rope_base > 0"),
+        ("model.positional=rope model.self_attention=additive", "model.positional=rope rotates"),
     ],
 )
 def test_values_that_cannot_work_are_refused_naming_the_key(override, message, compose_cfg):
-    cfg = OmegaConf.to_object(compose_cfg("train", "experiment=toy", override))
+    cfg = OmegaConf.to_object(compose_cfg("train", "experiment=toy", "model.heads=4", *override.split()))
     with pytest.raises(NMTError) as e:
         check_train_config(cfg)
     assert str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("override", ["model.heads=0", "model.kv_heads=3", "optim.betas=[0.9]"])
+def test_model_and_optimizer_values_are_refused_before_any_data_is_read(
+    override, compose_train_cfg, tmp_path
+):
+    """The data source does not exist: the settings' error comes first, before any data or model."""
+    cfg = compose_train_cfg(
+        "data=local", f"data.dir={tmp_path / 'missing'}", "model.heads=4", override, "trainer.device=cpu"
+    )
+    with pytest.raises(NMTError, match=override.split("=")[0].replace(".", r"\.")):
+        set_up(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_every_preset_passes_the_checks(compose_cfg):

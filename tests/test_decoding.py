@@ -24,6 +24,7 @@ from nmt.decoding import (
     translate_ids,
 )
 from nmt.models import Seq2Seq, Transformer, build_model
+from nmt.models import attention as attention_module
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 24
@@ -208,10 +209,17 @@ def test_larger_beams_find_at_least_the_greedy_model_score(model, src):
     assert improved > 0  # beam search actually found better hypotheses somewhere
 
 
-def tiny_random_model(vocab: int, seed: int) -> Transformer:
+def tiny_random_model(vocab: int, seed: int, kv_heads: int = 0) -> Transformer:
     torch.manual_seed(seed)
     cfg = TransformerConfig(
-        d_model=16, ff_dim=32, heads=2, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=32
+        d_model=16,
+        ff_dim=32,
+        heads=2,
+        kv_heads=kv_heads,
+        encoder_layers=1,
+        decoder_layers=1,
+        dropout=0.0,
+        max_positions=32,
     )
     return Transformer(cfg, vocab, vocab, joint_vocab=True).eval()
 
@@ -355,6 +363,25 @@ def test_beam_search_keeps_one_copy_of_the_cross_attention_keys_per_sentence(mod
     left = model.reorder(state, rows, sentences=torch.tensor([1, 0]))
     assert left["beams"] == k and torch.equal(left["sentence"]["cross"][0]["k"], cross[[1, 0]])
     assert torch.equal(left["self"][0]["k"], state["self"][0]["k"][rows])
+
+
+@pytest.mark.parametrize("kv_heads", [0, 1])
+def test_beam_search_runs_on_a_torch_without_sdpa_head_sharing(model, src, monkeypatch, kv_heads):
+    """torch 2.4 (the lowest declared) has no ``enable_gqa``: beam search then copies the keys and
+    values per beam, with the same hypotheses and scores."""
+    searched = model if not kv_heads else tiny_random_model(VOCAB, seed=8, kv_heads=kv_heads)
+    cfg = DecodingConfig(beam_size=4, nbest=2, alpha=0.6, max_len_b=4)
+    expected = as_tuples(beam_search(searched, src, cfg, 31))
+    sdpa = attention_module.F.scaled_dot_product_attention
+
+    def sdpa_of_torch_2_4(*args, **kwargs):
+        if "enable_gqa" in kwargs:
+            raise TypeError("scaled_dot_product_attention() got an unexpected keyword argument 'enable_gqa'")
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module, "SDPA_GQA", False)
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", sdpa_of_torch_2_4)
+    assert as_tuples(beam_search(searched, src, cfg, 31)) == expected
 
 
 # --------------------------------------------------------------------------- repeated n-gram blocking

@@ -163,8 +163,28 @@ def test_linear_schedule_follows_the_budget_of_the_run(config, tmp_path: Path):
     batches = [collate(run.data.splits["train"], idx, run.cfg.model.max_positions) for idx in run.sampler]
     lrs = []
     for batch in batches[:8]:
-        lrs.append(train_step(run, [batch])["lr"])
+        lrs.append(train_step(run, [batch], spent=run.clock.fraction(run.progress.step))["lr"])
         run.progress.step += 1
     lr = run.cfg.optim.lr
     assert lrs == pytest.approx([lr * min(s / 2, 1) * (1 - (s - 1) / 8) for s in range(1, 9)])
     run.monitor.close({})
+
+
+def test_linear_schedule_with_an_epochs_budget_counts_the_updates_before_this_one(
+    config, tmp_path, monkeypatch
+):
+    """One epoch of n updates: the first runs at the full rate, the last at 1/n of it (not 1 - 1/n ... 0)."""
+    cfg = config("optim.schedule=linear", "optim.warmup_steps=0", "trainer.max_epochs=1")
+    lrs = []
+    real_step = loop.train_step
+
+    def recording_step(*args, **kwargs):
+        stats = real_step(*args, **kwargs)
+        lrs.append(stats["lr"])
+        return stats
+
+    monkeypatch.setattr(loop, "train_step", recording_step)
+    loop.train(cfg, tmp_path)
+    n = len(lrs)
+    assert n > 4
+    assert lrs == pytest.approx([cfg.optim.lr * (1 - s / n) for s in range(n)])

@@ -478,12 +478,22 @@ TRAIN_RULES: dict[str, Rule] = {
     },
     "trainer.average_window": SHARE,
     "optim.lr": POSITIVE,
-    **{f"optim.{key}": NON_NEGATIVE for key in ("warmup_steps", "clip_norm", "weight_decay")},
+    **{f"optim.{key}": NON_NEGATIVE for key in ("warmup_steps", "clip_norm", "weight_decay", "eps")},
+    "optim.betas": (
+        lambda v: len(v) == 2 and all(0 <= b < 1 for b in v),
+        "must be two numbers in [0, 1), e.g. [0.9, 0.98]",
+    ),
     **{f"optim.{key}": PROBABILITY for key in ("label_smoothing", "src_word_dropout", "tgt_word_dropout")},
     "tokenizer.vocab_size": POSITIVE,
     "tokenizer.sampling_alpha": NON_NEGATIVE,
     "tokenizer.sampled_copies": POSITIVE,
     "model.max_positions": (lambda v: v >= 2, "must be >= 2 (one token plus EOS)"),
+    **{  # Transformer
+        f"model.{key}": POSITIVE
+        for key in ("d_model", "ff_dim", "heads", "encoder_layers", "decoder_layers", "additive_chunk")
+    },
+    **{f"model.{key}": POSITIVE for key in ("embed_dim", "hidden_size", "attention_dim", "readout_dim")},
+    **{f"model.{key}": NON_NEGATIVE for key in ("kv_heads", "additive_dim")},
     **{f"model.{key}": PROBABILITY for key in ("dropout", "attention_dropout", "activation_dropout")},
     **{f"decoding.{key}": rule for key, rule in DECODING_RULES.items()},
     "final.alphas": (lambda v: all(a >= 0 for a in v), "must all be >= 0"),
@@ -507,7 +517,41 @@ def check_decoding(cfg: DecodingConfig, prefix: str = "decoding.") -> None:
         raise NMTError(f"{prefix}nbest={cfg.nbest} exceeds {prefix}beam_size={cfg.beam_size}")
 
 
+POSITIONALS = ("sinusoidal", "learned", "rope")
+ATTENTION_KINDS = ("dot_product", "additive")
+
+
+def check_model(cfg: ModelConfig) -> None:
+    """The Transformer's shape constraints (values that are fine one by one but not together)."""
+    if not isinstance(cfg, TransformerConfig):
+        return
+    if cfg.positional not in POSITIONALS:
+        raise NMTError(f"model.positional={cfg.positional}: must be one of {', '.join(POSITIONALS)}")
+    for key in ("self_attention", "cross_attention"):
+        if getattr(cfg, key) not in ATTENTION_KINDS:
+            raise NMTError(f"model.{key}={getattr(cfg, key)}: must be one of {', '.join(ATTENTION_KINDS)}")
+    if cfg.d_model % cfg.heads:
+        raise NMTError(f"model.d_model={cfg.d_model} is not divisible by model.heads={cfg.heads}")
+    if cfg.heads % (cfg.kv_heads or cfg.heads):
+        raise NMTError(
+            f"model.heads={cfg.heads} must be a multiple of model.kv_heads={cfg.kv_heads} "
+            "(key/value heads; 0 = as many as model.heads)"
+        )
+    if cfg.positional == "rope":
+        if cfg.self_attention != "dot_product":
+            raise NMTError(
+                "model.positional=rope rotates the queries and keys of dot-product self-attention: "
+                "use model.self_attention=dot_product or model.positional=sinusoidal/learned"
+            )
+        if cfg.rope_base <= 0 or (cfg.d_model // cfg.heads) % 2:
+            raise NMTError(
+                f"model.positional=rope needs model.rope_base > 0 (got {cfg.rope_base:g}) and an even "
+                f"head dimension model.d_model / model.heads (got {cfg.d_model // cfg.heads})"
+            )
+
+
 def check_train_config(cfg: TrainConfig) -> None:
     """Refuse, at start, settings that would fail or misbehave hours into training."""
     check_values(cfg, TRAIN_RULES)
+    check_model(cfg.model)
     check_decoding(cfg.decoding)

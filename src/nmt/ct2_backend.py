@@ -27,7 +27,17 @@ length-normalise only the finished hypotheses. What differs:
   softmax and after ours: log-probabilities differ by about the suppressed probability mass
   (1e-3 at most on the toy model), which can flip near-ties.
 
-The returned ``score`` is ours (GNMT, from the log-probability), so both backends' scores compare.
+- Blocked n-grams (``no_repeat_ngram``, CTranslate2's ``no_repeat_ngram_size``): both ban a token that
+  would complete an n-gram already in the hypothesis, but CTranslate2 bans it before its softmax, so
+  its scores are of the renormalised distribution, where ours (like fairseq's and Hugging Face's) are
+  the model's. Greedy search picks the same tokens either way, and its hypotheses are rescored here
+  by the model (teacher-forced); beam search would rank beams differently (on a random model 24 of 30
+  outputs differ), so ``backend=ct2`` refuses blocking with ``beam_size`` > 1.
+
+``word_reward``, which only matters when finished hypotheses of different lengths are ranked, is
+added here when ranking, as in ours.
+The returned ``score`` is ours (GNMT plus word reward, from the log-probability), so both backends'
+scores compare.
 """
 
 from __future__ import annotations
@@ -41,7 +51,7 @@ import torch
 from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
-from nmt.decoding import Hypothesis, length_penalty
+from nmt.decoding import Hypothesis, hypothesis
 from nmt.errors import NMTError
 from nmt.export_ct2 import read_export_info, require_ctranslate2
 from nmt.tokenizer import BOS_ID, PAD_ID, Tokenizer
@@ -93,6 +103,12 @@ class CT2Backend:
         self, sources: Sequence[Sequence[int]], cfg: DecodingConfig, progress: bool = False
     ) -> list[list[Hypothesis]]:
         """Like :func:`nmt.decoding.translate_ids`: the ``cfg.nbest`` best hypotheses per source."""
+        if cfg.no_repeat_ngram and cfg.beam_size > 1:
+            raise NMTError(
+                f"backend=ct2 cannot block repeated n-grams in beam search as backend=torch does "
+                f"(decoding.no_repeat_ngram={cfg.no_repeat_ngram}, decoding.beam_size={cfg.beam_size}): "
+                "use backend=torch, decoding.beam_size=1 or decoding.no_repeat_ngram=0"
+            )
         limit = self.max_positions - 1
         sources = [list(s[:limit]) for s in sources]
         groups: dict[int, list[int]] = defaultdict(list)  # length budget -> sentences
@@ -126,8 +142,9 @@ class CT2Backend:
             max_batch_size=max(1, cfg.max_tokens // max(cfg.beam_size, 1)),
             batch_type="tokens",
             max_input_length=0,
+            no_repeat_ngram_size=cfg.no_repeat_ngram,
         )
-        found = [self._log_probs(result, lp, budget) for result in results]
+        found = [self._log_probs(result, lp, budget, rescore=cfg.no_repeat_ngram > 0) for result in results]
         todo = [(i, ids) for i, hyps in enumerate(found) for ids, log_p in hyps.items() if log_p is None]
         if todo:
             scores = self.score_ids([sources[i] for i, _ in todo], [list(ids) for _, ids in todo])
@@ -135,19 +152,19 @@ class CT2Backend:
                 found[i][ids] = sum(token_scores)
         out = []
         for hyps in found:
-            ranked = [
-                Hypothesis(list(ids), log_p / length_penalty(len(ids) + 1, cfg.alpha), log_p)
-                for ids, log_p in hyps.items()
-            ]
+            ranked = [hypothesis(list(ids), log_p, cfg) for ids, log_p in hyps.items()]
             out.append(sorted(ranked, key=lambda h: -h.score)[: cfg.nbest])
         return out
 
-    def _log_probs(self, result, lp: float, budget: int) -> dict[tuple[int, ...], float | None]:
-        """Token ids -> log-probability of one sentence's hypotheses; None where it must be rescored."""
+    def _log_probs(
+        self, result, lp: float, budget: int, rescore: bool
+    ) -> dict[tuple[int, ...], float | None]:
+        """Token ids -> log-probability of one sentence's hypotheses; None where it must be rescored
+        (``rescore``: all of them)."""
         hyps: dict[tuple[int, ...], float | None] = {}
         for tokens, score in zip(result.hypotheses, result.scores):
             ids = tuple(self.ids[t] for t in tokens)
-            if len(ids) >= budget or not math.isfinite(score):
+            if rescore or len(ids) >= budget or not math.isfinite(score):
                 hyps[ids] = None  # cut where ours forces EOS: score it with EOS
             else:
                 hyps[ids] = score * (len(ids) + 1) ** lp  # undo CTranslate2's normalisation

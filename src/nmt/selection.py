@@ -49,6 +49,11 @@ class FinalChoice:
 
 def choose_final(cfg: SelectConfig) -> FinalChoice:
     """Score every candidate checkpoint x alpha on ``cfg.split``; save the best as ``cfg.output``."""
+    if cfg.split == "test":
+        raise NMTError(
+            "split=test: the final model and its length penalty are chosen on the validation set; "
+            "the test set is scored once, afterwards (scripts/evaluate.py)"
+        )
     ckpt_dir = Path(cfg.run_dir) / "checkpoints"
     paths = [ckpt_dir / name for name in cfg.candidates if (ckpt_dir / name).is_file()]
     if not paths:

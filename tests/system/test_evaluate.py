@@ -245,6 +245,16 @@ def test_final_model_is_chosen_on_valid_and_beats_or_equals_best(alphas_from, to
     assert final["config"]["decoding"]["alpha"] == report["chosen"]["alpha"]
 
 
+def test_select_final_refuses_to_choose_on_the_test_set(toy, toy_run, tmp_path):
+    proc = toy.script("select_final.py", f"run_dir={toy_run.run_dir}", "split=test", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: split=test: the final model and its length penalty are chosen on the validation set; "
+        "the test set is scored once, afterwards (scripts/evaluate.py)"
+    ]
+    assert not (toy_run.checkpoints / "final.pt").exists()
+
+
 # ------------------------------------------------------------------------------ invalid input
 
 

@@ -117,22 +117,76 @@ def without_time(progress: dict) -> dict:
     return {k: v for k, v in progress.items() if k != "elapsed_s"}
 
 
-@pytest.mark.parametrize("limit", ["max_steps", "max_epochs"])
-def test_resuming_a_finished_run_trains_no_further(toy, straight, tmp_path, limit):
-    """Re-running the command of a finished run (trainer.resume=auto) must not go past its limit."""
+class FakeClock:
+    """time.monotonic for the loop: each update takes ``update_s``, each validation ``validation_s``."""
+
+    def __init__(self, monkeypatch, update_s: float, validation_s: float = 0.0):
+        self.now = 0.0
+        real_step, real_validate = loop.train_step, loop.validate
+
+        def step(*args, **kwargs):
+            self.now += update_s
+            return real_step(*args, **kwargs)
+
+        def validate(*args, **kwargs):
+            self.now += validation_s
+            return real_validate(*args, **kwargs)
+
+        monkeypatch.setattr(loop.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(loop, "train_step", step)
+        monkeypatch.setattr(loop, "validate", validate)
+
+
+@pytest.mark.parametrize("bar", ["bar", "no bar"])
+@pytest.mark.parametrize("limit", ["max_steps", "max_epochs", "max_minutes"])
+def test_rerunning_a_finished_run_does_nothing_and_says_so(
+    toy, straight, tmp_path, monkeypatch, caplog, limit, bar
+):
+    """Re-running the command of a finished run (trainer.resume=auto) must not train, validate or write."""
     if limit == "max_steps":
         shutil.copytree(straight.run_dir, tmp_path, dirs_exist_ok=True)
         overrides = [*toy.short, *RESUMABLE, f"trainer.max_steps={STEPS}"]
-    else:  # one epoch, ~30 steps, validated at its end
+    elif limit == "max_epochs":  # one epoch, ~30 steps, validated at its end
         overrides = [*toy.short, "trainer.max_epochs=1", "trainer.valid_every=1000"]
         toy.train(tmp_path, *overrides)
+    else:  # a fake minute per update: 3 updates, and the one that carries the decision to stop
+        FakeClock(monkeypatch, update_s=60.0)
+        overrides = [*toy.short, "trainer.max_minutes=3", "trainer.valid_every=1000"]
+        toy.train(tmp_path, *overrides)
     before = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
-    assert before["progress"]["epoch"] == 1 if limit == "max_epochs" else before["progress"]["step"] == STEPS
+    expected = {"max_steps": ("step", STEPS), "max_epochs": ("epoch", 1), "max_minutes": ("step", 4)}[limit]
+    assert before["progress"][expected[0]] == expected[1]
+    files = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "checkpoints").iterdir()}
 
-    toy.train(tmp_path, *overrides, "trainer.resume=auto")
+    progress = "trainer.progress=true" if bar == "bar" else "trainer.progress=false"
+    with caplog.at_level("INFO", logger="nmt.training.loop"):
+        toy.train(tmp_path, *overrides, progress, "trainer.resume=auto")
+    assert "nothing to do: the run already ended" in caplog.text
     after = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert after["progress"] == before["progress"]  # same step and epoch, no extra validation
     assert weights_equal(after["model"], before["model"])
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "checkpoints").iterdir()} == files
+
+
+def test_a_resumed_timed_run_stops_where_the_uninterrupted_one_does(toy, tmp_path, monkeypatch):
+    """30 s per update, 120 s per validation, validation every 2 updates, 5 minutes: the validations
+    count against the budget in a resumed run too (its checkpoint holds the time after validating)."""
+    FakeClock(monkeypatch, update_s=30.0, validation_s=120.0)
+    overrides = [*toy.short, "trainer.max_minutes=5", "trainer.valid_every=2"]
+    straight = toy.train(tmp_path / "straight", *overrides)
+    expected = load_checkpoint(straight.checkpoints / "last.pt")["progress"]
+    # 0-60 s: updates 1-2, validation to 180 s; updates 3-4 to 240 s, validation to 360 s; update 5 carries
+    # the decision to stop (5 min passed), validation: 510 s.
+    assert expected["step"] == 5 and expected["elapsed_s"] == 510.0
+    at_2 = load_checkpoint(straight.checkpoints / "step_2.pt")["progress"]
+    assert at_2["elapsed_s"] == 180.0
+
+    resumed = toy.train(
+        tmp_path / "resumed", *overrides, f"trainer.resume={straight.checkpoints / 'step_2.pt'}"
+    )
+    got = load_checkpoint(resumed.checkpoints / "last.pt")["progress"]
+    assert got["step"] == 5 and got["elapsed_s"] == expected["elapsed_s"]
+    assert [h["step"] for h in got["history"]] == [h["step"] for h in expected["history"]] == [2, 4, 5]
 
 
 def test_ctrl_c_saves_and_the_printed_command_resumes(toy, tmp_path):

@@ -99,7 +99,10 @@ def measure_decoding(run: Run, bench: BenchConfig) -> dict[str, Any]:
             "kv_heads": model_cfg.kv_heads or model_cfg.heads,
             "dtype_bytes": dtype_bytes,
             "bytes": per_sentence,
-            "beam_bytes": bench.beam_size * per_sentence,
+            "beam_size": bench.beam_size,
+            "beam_bytes": kv_cache_bytes(
+                model_cfg, tgt_positions, src_positions, dtype_bytes, bench.beam_size
+            ),
         }
     if bench.ct2:
         seconds = {r["search"]: r["seconds"] for r in rows if r["cache"]}

@@ -84,7 +84,7 @@ def _decoding_table(decode: dict[str, Any]) -> list[str]:
     if "kv_cache_per_sentence" in decode:
         kv = decode["kv_cache_per_sentence"]
         out.append(
-            f"KV cache per sentence: {kv['bytes'] / 1024:.1f} KiB, beam {kv['beam_bytes'] // kv['bytes']} "
+            f"KV cache per sentence: {kv['bytes'] / 1024:.1f} KiB, beam {kv['beam_size']} "
             f"{kv['beam_bytes'] / 1024:.1f} KiB ({kv['src_positions']} source + {kv['tgt_positions']} target "
             f"positions, {kv['kv_heads']} key/value heads, {kv['dtype_bytes']} bytes per value)"
         )

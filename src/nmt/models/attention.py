@@ -228,8 +228,9 @@ class DotProductAttention(Attention):
         (grouped-query attention), padding mask included: each hypothesis and head computes exactly
         what it computed with its own copy of the keys and values, without the copy. On CUDA, grouped
         queries with a mask (decoding has one) may send SDPA to its math kernel, which copies them
-        anyway and is not the kernel the copies used: there, as on the explicit path, the copy stays."""
-        if need_weights or q.device.type != "cpu" or q.dtype != torch.float32:
+        anyway and is not the kernel the copies used: there, as on the explicit path and on torch < 2.5
+        (no ``enable_gqa``), the copy stays."""
+        if need_weights or q.device.type != "cpu" or q.dtype != torch.float32 or not SDPA_GQA:
             return super().attend_beams(q, k, v, key_padding_mask, need_weights, beams)
         heads = q.size(1)
         # (batch, heads * beams, tgt, dim), head-major: query head h * beams + j reads key/value head h.

@@ -31,15 +31,20 @@ def sinusoidal_table(length: int, dim: int) -> Tensor:
     return table
 
 
-def kv_cache_bytes(cfg: TransformerConfig, tgt_positions: int, src_positions: int, dtype_bytes: int) -> int:
-    """Bytes of the decoding cache of one sentence (one beam) after ``tgt_positions`` target tokens::
+def kv_cache_bytes(
+    cfg: TransformerConfig, tgt_positions: int, src_positions: int, dtype_bytes: int, beams: int = 1
+) -> int:
+    """Bytes of the decoding cache of one sentence searched with ``beams`` hypotheses, after
+    ``tgt_positions`` target tokens::
 
-        decoder_layers * (tgt_positions + src_positions) * kv_heads * (key_dim + head_dim) * dtype_bytes
+        decoder_layers * (beams * tgt_positions + src_positions)
+                       * kv_heads * (key_dim + head_dim) * dtype_bytes
 
     i.e. keys and values (2 x kv_heads x head_dim when key_dim = head_dim) of the self-attention over the
     target prefix plus those of the cross-attention over the source, in every decoder layer. key_dim is
     the head dimension, or ``additive_dim`` for an additive attention's cached W_k k. The encoder output
-    itself is not counted (the cross-attention caches replace it during decoding).
+    itself is not counted (the cross-attention caches replace it during decoding). Each hypothesis has
+    its own self-attention cache; the cross-attention keys and values are kept once per sentence.
     """
     head_dim = cfg.d_model // cfg.heads
     kv_heads = cfg.kv_heads or cfg.heads
@@ -48,7 +53,7 @@ def kv_cache_bytes(cfg: TransformerConfig, tgt_positions: int, src_positions: in
         key_dim = (cfg.additive_dim or head_dim) if kind == "additive" else head_dim
         return kv_heads * (key_dim + head_dim) * dtype_bytes
 
-    self_bytes = tgt_positions * per_position(cfg.self_attention)
+    self_bytes = beams * tgt_positions * per_position(cfg.self_attention)
     cross_bytes = src_positions * per_position(cfg.cross_attention)
     return cfg.decoder_layers * (self_bytes + cross_bytes)
 

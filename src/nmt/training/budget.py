@@ -6,10 +6,16 @@ budget also places the step checkpoints for averaging: ``keep_checkpoints`` of t
 over the last ``average_window`` of the run, so that the average covers the end of training on a
 fast machine and a slow one alike (a fixed step interval reaches back into early training when the
 machine makes few updates).
+
+:class:`BudgetClock` is the one place that knows how far a run is: its training time (validation
+included, carried over a resume), the share of the budget spent, whether it is used up, and which
+averaging marks are still ahead. The loop asks it; the learning-rate schedule gets its share.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +58,67 @@ class Budget:
         ]
         return max(shares)
 
+    def exhausted(self, step: int, epochs: float, minutes: float) -> str:
+        """Why the budget is used up ("" = it is not)."""
+        if self.max_steps and step >= self.max_steps:
+            return f"max_steps={self.max_steps} reached"
+        if self.max_epochs and epochs >= self.max_epochs:
+            return f"max_epochs={self.max_epochs} reached"
+        if self.max_minutes and minutes >= self.max_minutes:
+            return f"time budget of {self.max_minutes:g} minutes reached"
+        return ""
+
+
+class BudgetClock:
+    """Where a run stands against its budget, read at any moment.
+
+    ``elapsed_s`` is the training time a resumed run already spent (from its checkpoint); ``epochs`` tells
+    the epochs done so far, fractions included (the sampler's position). The time counts everything
+    between the start and now, validations too, so a resumed run stops where an uninterrupted one does
+    as long as the checkpoint stores :meth:`elapsed_s` read when it is written.
+    """
+
+    def __init__(
+        self,
+        budget: Budget,
+        elapsed_s: float,
+        step: int,
+        epochs: Callable[[], float],
+        window: float,
+        count: int,
+    ):
+        self.budget, self.epochs = budget, epochs
+        self.started = time.monotonic() - elapsed_s
+        self.marks = averaging_marks(window, count)
+        self.pass_marks(step)
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def minutes(self) -> float:
+        return self.elapsed_s() / 60
+
+    def fraction(self, step: int) -> float:
+        """The share of the budget spent after ``step`` updates, now."""
+        return self.budget.fraction(step, self.epochs(), self.minutes())
+
+    def out_of_time(self) -> bool:
+        return 0 < self.budget.max_minutes <= self.minutes()
+
+    def finished(self, step: int) -> str:
+        """Why the run has nothing left to train ("" = it has): checked before the first update, so that a
+        finished run re-run does nothing."""
+        return self.budget.exhausted(step, self.epochs(), self.minutes())
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Whether the budget after update ``step`` reaches the next averaging mark."""
+        return bool(self.marks) and self.fraction(step) >= self.marks[0]
+
+    def pass_marks(self, step: int) -> None:
+        """Drop the marks that the budget after update ``step`` has reached."""
+        fraction = self.fraction(step)
+        self.marks = [m for m in self.marks if m > fraction]
+
 
 def averaging_marks(window: float, count: int) -> list[float]:
     """Budget fractions at which a step checkpoint is written: ``count`` marks ending at 1.0."""
@@ -70,9 +137,11 @@ class BudgetBar:
     def __init__(self, budget: Budget, step: int, minutes: float, enabled: bool):
         self.by_steps = bool(budget.max_steps) or not budget.max_minutes
         if self.by_steps:
-            total, initial, unit = budget.max_steps or None, step, "step"
-        else:
-            total, initial, unit = budget.max_minutes * 60, minutes * 60, "s"
+            total, unit = budget.max_steps or None, "step"
+            initial = min(step, total) if total else step
+        else:  # capped as in update(): a finished run's time may be past the total
+            total, unit = budget.max_minutes * 60, "s"
+            initial = min(minutes * 60, total)
         self.bar = tqdm(
             total=total,
             initial=initial,

@@ -25,7 +25,7 @@ from nmt.data import Batch, TokenBatchSampler, collate, drop_words
 from nmt.devices import autocast
 from nmt.errors import NMTError
 from nmt.tokenizer import PAD_ID
-from nmt.training.budget import Budget, BudgetBar, averaging_marks
+from nmt.training.budget import Budget, BudgetBar
 from nmt.training.distributed import all_gather_object, all_reduce_sum, broadcast_object, cleanup
 from nmt.training.loss import label_smoothed_nll
 from nmt.training.schedule import learning_rate
@@ -38,8 +38,14 @@ log = logging.getLogger(__name__)
 def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, float]:
     """Train ``cfg.model`` on ``cfg.data``; checkpoints and TensorBoard logs go to ``run_dir``."""
     run = set_up(cfg, run_dir)
+    clock, progress = run.clock, run.progress
+    done = clock.finished(progress.step)
+    if done:  # a finished run, re-run (trainer.resume=auto): nothing to train, validate or write
+        if run.dist.is_main:
+            log.info("nothing to do: the run already ended at step %d (%s)", progress.step, done)
+        return finish(run, {})
     stop = GracefulStop()
-    index_lists = endless_batches(run.sampler, run.progress, run.budget)
+    index_lists = endless_batches(run.sampler, progress, clock.budget)
     segmentations = run.data.train_segmentations
     word_dropout = (cfg.optim.src_word_dropout, cfg.optim.tgt_word_dropout)
 
@@ -48,65 +54,57 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
         return drop_words(collate(split, indices, cfg.model.max_positions).to(run.device), *word_dropout)
 
     window, reason = Window(), ""
-    started = time.monotonic() - run.progress.elapsed_s  # a resumed run goes on with its time budget
-
-    def minutes() -> float:
-        return (time.monotonic() - started) / 60
-
-    validated_at = run.progress.history[-1]["step"] if run.progress.history else -1
-    if run.budget.max_steps and run.progress.step >= run.budget.max_steps:  # a finished run, resumed
-        reason = f"max_steps={run.budget.max_steps} reached"
-    # Step checkpoints for averaging, evenly spread over the end of the budget (see training/budget.py).
-    marks = averaging_marks(cfg.trainer.average_window, cfg.trainer.keep_checkpoints)
-    marks = [m for m in marks if m > run.budget_fraction(minutes(), run.progress.step)]
-    bar = BudgetBar(run.budget, run.progress.step, minutes(), run.dist.is_main and cfg.trainer.progress)
+    validated_at = progress.history[-1]["step"] if progress.history else -1
+    bar = BudgetBar(clock.budget, progress.step, clock.minutes(), run.dist.is_main and cfg.trainer.progress)
     try:
         while not reason:
+            spent = clock.fraction(progress.step)  # before this update's batches are drawn
             micro = [next(index_lists) for _ in range(cfg.trainer.accumulate)]  # (epoch, indices) each
             if None in micro:
-                reason = f"max_epochs={run.budget.max_epochs} reached"
+                reason = f"max_epochs={clock.budget.max_epochs} reached"
                 break
-            spent = minutes()
             flags = {
                 "stop": stop.requested,
-                "out_of_time": 0 < run.budget.max_minutes <= spent,
-                # the fraction once this step is done: the checkpoint is written after it
-                "checkpoint": bool(marks) and run.budget_fraction(spent, run.progress.step + 1) >= marks[0],
+                "out_of_time": clock.out_of_time(),
+                # the budget once this step is done: the checkpoint is written after it
+                "checkpoint": clock.checkpoint_due(progress.step + 1),
             }
             batches = [batch(epoch, indices) for epoch, indices in micro]
-            stats = train_step(run, batches, flags)
-            run.progress.step += 1
-            run.progress.elapsed_s = time.monotonic() - started
-            bar.update(run.progress.step, run.progress.elapsed_s / 60)
+            stats = train_step(run, batches, flags, spent)
+            progress.step += 1
+            bar.update(progress.step, clock.minutes())
             window.add(stats)
-            if run.progress.step % cfg.trainer.log_every == 0:
+            if progress.step % cfg.trainer.log_every == 0:
                 log_train(run, window.flush(), bar)
             reason = stop_reason(run, stats)
-            if (run.progress.step % cfg.trainer.valid_every == 0 or reason) and reason != "interrupted":
-                validated_at = run.progress.step
+            if (progress.step % cfg.trainer.valid_every == 0 or reason) and reason != "interrupted":
+                validated_at = progress.step
                 if not validate_and_save(run):
                     reason = reason or f"early stopping: no improvement in {cfg.trainer.patience} validations"
             elif stats["flags"]["checkpoint"] and reason != "interrupted":
                 save_checkpoints(run, improved=False, step_file=True)
             if stats["flags"]["checkpoint"]:
-                fraction = run.budget_fraction(minutes(), run.progress.step)
-                marks = [m for m in marks if m > fraction]
+                clock.pass_marks(progress.step)
     finally:
         bar.close()
         stop.restore()
     if reason == "interrupted":  # save at once, without validating
         save_checkpoints(run, improved=False, step_file=False)
-    elif validated_at != run.progress.step and run.progress.step > 0:  # out of epochs between validations
+    elif validated_at != progress.step and progress.step > 0:  # out of epochs between validations
         validate_and_save(run)
     if run.dist.is_main:
-        log.info("stopped after %d steps: %s", run.progress.step, reason)
+        log.info("stopped after %d steps: %s", progress.step, reason)
         if reason == "interrupted":
             log.info(
                 "saved %s; resume with:\n  %s",
                 run.ckpt_dir / "last.pt",
                 resume_hint or f"trainer.resume={run.ckpt_dir / 'last.pt'}",
             )
-    final = run.progress.history[-1] if run.progress.history else {}
+    return finish(run, progress.history[-1] if progress.history else {})
+
+
+def finish(run: Run, final: dict[str, float]) -> dict[str, float]:
+    """Close TensorBoard (with the final metrics as hyperparameter results) and the process group."""
     run.monitor.close(final)
     cleanup(run.dist)
     return final
@@ -126,18 +124,20 @@ def endless_batches(sampler: TokenBatchSampler, progress: Progress, budget: Budg
 
 
 # -------------------------------------------------------------------------------------------- a step
-def train_step(run: Run, batches: list[Batch], flags: dict[str, bool] | None = None) -> dict[str, Any]:
+def train_step(
+    run: Run, batches: list[Batch], flags: dict[str, bool] | None = None, spent: float = 0.0
+) -> dict[str, Any]:
     """One optimizer update over the micro-batches; returns the step's statistics.
 
     ``flags`` (e.g. stop requested, out of time) are or-ed over ranks together with the token count,
     in one collective, so every rank takes the same decision at the same step: ``stats["flags"]``.
+    ``spent`` is the share of the budget used before this update (``optim.schedule=linear``).
     """
     cfg, dist, progress, optimizer, scaler = run.cfg, run.dist, run.progress, run.optimizer, run.scaler
     flags = flags or {}
     tokens = sum(b.tgt_tokens for b in batches)
     # On the model's device: NCCL (GPU) cannot reduce CPU tensors; on CPU this changes nothing.
-    # The budget spent so far (optim.schedule=linear) is averaged too: clocks differ, the rate must not.
-    spent = run.budget_fraction(progress.elapsed_s / 60, progress.step)
+    # The budget spent so far is averaged too: clocks differ, the learning rate must not.
     counts = torch.tensor([float(tokens), spent, *map(float, flags.values())], device=run.device)
     counts = all_reduce_sum(counts, dist).tolist()
     total_tokens, agreed = counts[0], {name: n > 0 for name, n in zip(flags, counts[2:])}
@@ -209,7 +209,7 @@ def skip_update(progress: Progress, cfg: TrainConfig) -> None:
 
 def stop_reason(run: Run, stats: dict[str, Any]) -> str:
     """Why training stops after this step ("" = go on)."""
-    flags, budget = stats["flags"], run.budget
+    flags, budget = stats["flags"], run.clock.budget
     if flags.get("stop"):
         return "interrupted"
     if flags.get("out_of_time"):
@@ -313,6 +313,9 @@ def write_checkpoints(run: Run, improved: bool, step_file: bool, rng: list[dict]
         raise NMTError(
             f"step {run.progress.step}: model weights are not finite; refusing to write a checkpoint"
         )
+    run.progress.elapsed_s = (
+        run.clock.elapsed_s()
+    )  # validation included: a resumed run stops where this one would
     state = {
         "format": ckpt_io.FORMAT_VERSION,
         "model": run.model.state_dict(),

@@ -18,7 +18,7 @@ from nmt.data import PreparedData, TokenBatchSampler, clipped_lengths, prepare_c
 from nmt.devices import resolve_precision, select_device
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, build_model, count_parameters
-from nmt.training.budget import Budget
+from nmt.training.budget import Budget, BudgetClock
 from nmt.training.distributed import Dist, broadcast_object, init_distributed
 from nmt.training.monitor import Monitor
 from nmt.training.schedule import learning_rate
@@ -57,12 +57,7 @@ class Run:
     precision: str
     ckpt_dir: Path
     progress: Progress
-    budget: Budget
-
-    def budget_fraction(self, minutes: float, steps: int) -> float:
-        """How much of the budget is spent after ``steps`` updates and ``minutes``."""
-        epochs = self.progress.epoch + self.sampler.position / max(len(self.sampler), 1)
-        return self.budget.fraction(steps, epochs, minutes)
+    clock: BudgetClock  # the budget, and how much of it is spent
 
 
 # ------------------------------------------------------------------------------------------- set-up
@@ -118,6 +113,14 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
             dist.world_size,
         )
     monitor = Monitor(run_dir, cfg, dist.is_main, purge_step=progress.step or None)
+    clock = BudgetClock(
+        budget,
+        progress.elapsed_s,
+        progress.step,
+        epochs=lambda: progress.epoch + sampler.position / max(len(sampler), 1),
+        window=cfg.trainer.average_window,
+        count=cfg.trainer.keep_checkpoints,
+    )
     return Run(
         cfg=cfg,
         data=data,
@@ -132,7 +135,7 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         precision=precision,
         ckpt_dir=ckpt_dir,
         progress=progress,
-        budget=budget,
+        clock=clock,
     )
 
 

@@ -54,7 +54,8 @@ def validate(model: Seq2Seq, data: PreparedData, cfg: TrainConfig, device, preci
         "bleu": scores["bleu"].score,
         "chrf": scores["chrf"].score,
     }
-    return Validation(metrics, list(zip(src_text, ref_text, hyp_text)), (sources[0], hyps[0][0].tokens))
+    first = (sources[0][: cfg.model.max_positions - 1], hyps[0][0].tokens)  # the source as decoded
+    return Validation(metrics, list(zip(src_text, ref_text, hyp_text)), first)
 
 
 @dataclass
