@@ -5,11 +5,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.average import average_checkpoints, last_checkpoints
 from nmt.checkpoint import atomic_save
 from nmt.cli import run_cli
 from nmt.config import register_configs
 from nmt.errors import NMTError
-from nmt.training.average import average_checkpoints, last_checkpoints
 
 register_configs()
 

@@ -1,7 +1,7 @@
 """Training and decoding throughput, next to a plain torch.nn.Transformer: ``python scripts/benchmark.py``.
 
 Takes every setting of scripts/train.py plus ``bench.*`` (nmt.config.BenchConfig); prints a table and
-writes the results as JSON into the run dir. What is measured and how: README, "Speed".
+writes the results as JSON into the run dir. What is measured and how: docs/speed.md.
 """
 
 import json

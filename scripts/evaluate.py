@@ -13,7 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import run_cli
 from nmt.config import register_configs
-from nmt.evaluation import evaluate_checkpoint, format_by_length, format_scores, report_dir
+from nmt.evaluation import evaluate_checkpoint, report_dir
+from nmt.metrics import format_by_length, format_scores
 
 register_configs()
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.attention_maps import plot_attention_for_text
 from nmt.cli import run_cli
 from nmt.config import register_configs
 from nmt.devices import select_device
@@ -24,8 +23,8 @@ register_configs()
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     translator = Translator.from_checkpoint(cfg.checkpoint, select_device(cfg.device))
-    fig, translation = plot_attention_for_text(
-        translator, cfg.text, translator.decoding_with(cfg.decoding), cfg.layer, cfg.heads
+    fig, translation = translator.plot_attention(
+        cfg.text, translator.decoding_with(cfg.decoding), cfg.layer, cfg.heads
     )
     output = Path(cfg.output)
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ import torch
 
 from nmt.decoding import pad_batch
 from nmt.models import Seq2Seq
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 def copy_sentences(count: int, vocab: int, seed: int, min_len: int = 2, max_len: int = 9) -> list[list[int]]:

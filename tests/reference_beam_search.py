@@ -14,7 +14,7 @@ from torch import Tensor
 from nmt.config import DecodingConfig
 from nmt.decoding import Hypothesis, _mask_logits, length_penalty, max_lengths
 from nmt.models.base import Seq2Seq
-from nmt.tokenizer import BOS_ID, EOS_ID
+from nmt.special import BOS_ID, EOS_ID
 
 
 def _force_eos(log_probs: Tensor, rows: Tensor) -> None:

@@ -5,8 +5,9 @@ import math
 
 import pytest
 import torch
+from tiny_models import tiny_transformer
 
-from nmt.config import DecodingConfig, TransformerConfig
+from nmt.config import DecodingConfig
 from nmt.decoding import beam_search, greedy_search
 from nmt.errors import NMTError
 from nmt.models import Transformer
@@ -137,21 +138,16 @@ def test_registry_and_bad_chunk():
 
 # ---------------------------------------------------------------------------------- in a Transformer
 def additive_transformer() -> Transformer:
-    torch.manual_seed(0)
-    cfg = TransformerConfig(
-        d_model=16,
-        ff_dim=32,
-        heads=2,
+    return tiny_transformer(
+        20,
+        seed=0,
         encoder_layers=2,
         decoder_layers=2,
-        dropout=0.0,
         self_attention="additive",
         cross_attention="additive",
         additive_dim=6,
         additive_chunk=2,
-        max_positions=32,
     )
-    return Transformer(cfg, 20, 20, joint_vocab=True).eval()
 
 
 SRC = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from nmt.data import Batch, EncodedSplit, TokenBatchSampler, collate, drop_words
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MAX_TOKENS = 300
 

@@ -4,6 +4,9 @@ documented formula, and a tiny end-to-end run produces a complete, JSON-serialis
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,8 @@ from nmt.benchmark import ReferenceTransformer, format_report, run_benchmark, tr
 from nmt.config import TransformerConfig
 from nmt.data import Batch
 from nmt.models import Transformer, count_parameters, kv_cache_bytes
+
+REPO = Path(__file__).resolve().parents[1]
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -81,3 +86,38 @@ def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread, tiny_
     json.dumps(results)  # the script writes it as JSON
     report = format_report(results)
     assert "project/reference" in report and "cache speedup" in report and "KV cache per sentence" in report
+
+
+def test_the_benchmark_script_without_the_reference(tmp_path: Path):
+    """``bench.train=true bench.reference=false``: the project's step alone, no ratio to report."""
+    args = [
+        "experiment=toy",
+        "data=toy",
+        f"data.cache_dir={tmp_path / 'data'}",
+        "data.train_size=300",
+        "data.test_size=12",
+        "model.d_model=32",
+        "model.ff_dim=64",
+        "model.heads=2",
+        "trainer.precision=fp32",
+        "bench.train=true",
+        "bench.reference=false",
+        "bench.decode=false",
+        "bench.warmup_steps=1",
+        "bench.steps=2",
+        "bench.matmul_size=64",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "benchmark.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "run" / "bench.json").read_text())
+    assert list(results["train"]["results"]) == ["project fp32"]
+    assert "project_over_reference" not in results["train"] and "project fp32" in proc.stdout

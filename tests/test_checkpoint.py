@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from nmt.average import average_checkpoints, last_checkpoints
 from nmt.checkpoint import (
     FORMAT_VERSION,
     atomic_save,
@@ -20,7 +21,6 @@ from nmt.checkpoint import (
 from nmt.config import ToyDataConfig, TrainConfig, TransformerConfig, to_container
 from nmt.errors import NMTError
 from nmt.models import Transformer
-from nmt.training.average import average_checkpoints, last_checkpoints
 
 TINY = TransformerConfig(d_model=16, ff_dim=32, heads=2, encoder_layers=1, decoder_layers=1, max_positions=32)
 VOCAB = 40

@@ -12,8 +12,9 @@ import pytest
 import reference_beam_search as reference
 import torch
 from copy_task import copy_sentences, train_to_copy
+from tiny_models import tiny_rnnsearch, tiny_transformer
 
-from nmt.config import DecodingConfig, RNNSearchConfig, TransformerConfig
+from nmt.config import DecodingConfig, TransformerConfig
 from nmt.decoding import (
     beam_search,
     block_repeated_ngrams,
@@ -23,9 +24,9 @@ from nmt.decoding import (
     search,
     translate_ids,
 )
-from nmt.models import Seq2Seq, Transformer, build_model
+from nmt.models import Seq2Seq, Transformer
 from nmt.models import attention as attention_module
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 24
 LIMIT = 63  # max_positions - 1
@@ -209,26 +210,11 @@ def test_larger_beams_find_at_least_the_greedy_model_score(model, src):
     assert improved > 0  # beam search actually found better hypotheses somewhere
 
 
-def tiny_random_model(vocab: int, seed: int, kv_heads: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    cfg = TransformerConfig(
-        d_model=16,
-        ff_dim=32,
-        heads=2,
-        kv_heads=kv_heads,
-        encoder_layers=1,
-        decoder_layers=1,
-        dropout=0.0,
-        max_positions=32,
-    )
-    return Transformer(cfg, vocab, vocab, joint_vocab=True).eval()
-
-
 def test_a_finished_hypothesis_never_becomes_a_live_beam():
     """The issue's reproduction: 3 usable tokens besides EOS, beam 4; EOS used to fill the 4th beam."""
     cfg = DecodingConfig(beam_size=4, nbest=4, no_unk=True, alpha=0.0)
     for seed in range(5):
-        model = tiny_random_model(7, seed)
+        model = tiny_transformer(7, seed)
         (hyps,) = beam_search(model, pad_batch([[4, 5]], "cpu"), cfg, limit=31)
         assert all(EOS_ID not in h.tokens for h in hyps), [h.tokens for h in hyps]
 
@@ -238,7 +224,7 @@ def test_beam_search_on_tiny_vocabularies_returns_proper_hypotheses(vocab):
     """Property test over random models: however few tokens there are, every hypothesis is a real one."""
     rng = torch.Generator().manual_seed(vocab)
     for seed in range(3):
-        model = tiny_random_model(vocab, seed)
+        model = tiny_transformer(vocab, seed)
         sources = [torch.randint(4, vocab, (n,), generator=rng).tolist() for n in (1, 2, 4)]
         src = pad_batch(sources, "cpu")
         for k, no_unk, alpha in [(2, True, 0.0), (4, True, 0.6), (5, False, 0.0), (3, False, 1.0)]:
@@ -267,30 +253,6 @@ def test_a_sentence_without_live_beams_is_done(model, src):
 # ------------------------------------------------------------------ the reference (the search before)
 
 
-def random_rnnsearch(vocab: int, seed: int) -> Seq2Seq:
-    torch.manual_seed(seed)
-    cfg = RNNSearchConfig(
-        embed_dim=16, hidden_size=24, attention_dim=20, readout_dim=12, dropout=0.0, max_positions=32
-    )
-    return build_model(cfg, vocab, vocab, joint_vocab=True).eval()
-
-
-def random_additive_transformer(vocab: int, seed: int) -> Seq2Seq:
-    torch.manual_seed(seed)
-    cfg = TransformerConfig(
-        d_model=16,
-        ff_dim=32,
-        heads=2,
-        encoder_layers=1,
-        decoder_layers=1,
-        dropout=0.0,
-        max_positions=32,
-        self_attention="additive",
-        cross_attention="additive",
-    )
-    return Transformer(cfg, vocab, vocab, joint_vocab=True).eval()
-
-
 def as_tuples(nbest: list[list]) -> list[list[tuple]]:
     """Everything a search returns, compared bit for bit (floats with ==)."""
     return [[(h.tokens, h.score, h.log_prob) for h in hyps] for hyps in nbest]
@@ -307,10 +269,13 @@ REFERENCE_MODELS = {
     "trained transformer": lambda trained: (trained, None),
     "rambling transformer": lambda trained: (AlwaysLonger(trained), None),  # ends at its length budget
     "unk-loving transformer": lambda trained: (PrefersUnk(trained), None),
-    "random transformer": lambda trained: (tiny_random_model(11, seed=3), 11),
-    "random transformer, large vocabulary": lambda trained: (tiny_random_model(300, seed=4), 300),
-    "random additive transformer": lambda trained: (random_additive_transformer(13, seed=5), 13),
-    "random rnnsearch": lambda trained: (random_rnnsearch(11, seed=6), 11),
+    "random transformer": lambda trained: (tiny_transformer(11, seed=3), 11),
+    "random transformer, large vocabulary": lambda trained: (tiny_transformer(300, seed=4), 300),
+    "random additive transformer": lambda trained: (
+        tiny_transformer(13, seed=5, self_attention="additive", cross_attention="additive"),
+        13,
+    ),
+    "random rnnsearch": lambda trained: (tiny_rnnsearch(11, seed=6), 11),
 }
 
 
@@ -369,7 +334,7 @@ def test_beam_search_keeps_one_copy_of_the_cross_attention_keys_per_sentence(mod
 def test_beam_search_runs_on_a_torch_without_sdpa_head_sharing(model, src, monkeypatch, kv_heads):
     """torch 2.4 (the lowest declared) has no ``enable_gqa``: beam search then copies the keys and
     values per beam, with the same hypotheses and scores."""
-    searched = model if not kv_heads else tiny_random_model(VOCAB, seed=8, kv_heads=kv_heads)
+    searched = model if not kv_heads else tiny_transformer(VOCAB, seed=8, kv_heads=kv_heads)
     cfg = DecodingConfig(beam_size=4, nbest=2, alpha=0.6, max_len_b=4)
     expected = as_tuples(beam_search(searched, src, cfg, 31))
     sdpa = attention_module.F.scaled_dot_product_attention
@@ -411,7 +376,7 @@ def test_blocked_searches_never_repeat_an_ngram(n):
     """Property test over random models that repeat themselves: greedy and beam search."""
     repeated = 0
     for seed, vocab in itertools.product(range(3), (7, 12)):
-        model = tiny_random_model(vocab, seed)
+        model = tiny_transformer(vocab, seed)
         batch = mixed_lengths(vocab, seed)
         for k in (1, 2, 4):
             cfg = DecodingConfig(beam_size=k, nbest=k, max_len_a=2.0, max_len_b=10)

@@ -9,7 +9,8 @@ import torch
 from nmt.checkpoint import FORMAT_VERSION, atomic_save
 from nmt.config import EvaluateConfig, to_container
 from nmt.data import prepare_corpus, read_lines
-from nmt.evaluation import corpus_scores, evaluate_checkpoint
+from nmt.evaluation import evaluate_checkpoint
+from nmt.metrics import corpus_scores
 from nmt.models import build_model
 
 EN = ["a man rides a bike", "two dogs play in the park", "a woman sings a song", "the sun is hot"]

@@ -31,7 +31,8 @@ from nmt.config import (
 from nmt.decoding import length_penalty, pad_batch, translate_ids
 from nmt.errors import NMTError
 from nmt.models import Transformer
-from nmt.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from nmt.special import BOS_ID, EOS_ID
+from nmt.tokenizer import Tokenizer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nmt.evaluation import output_stats
+from nmt.metrics import output_stats
 
 SOURCES = ["a man plays", "two dogs run fast", "the cat", "x", "empty ref"]
 REFS = ["ein Mann spielt", "zwei Hunde laufen schnell", "die Katze", "y", ""]

@@ -14,7 +14,7 @@ from nmt.errors import NMTError
 from nmt.models import Transformer, kv_cache_bytes
 from nmt.models import attention as attention_module
 from nmt.models.attention import AdditiveAttention, DotProductAttention, rotary
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from nmt.special import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 24
 TINY = TransformerConfig(

@@ -5,7 +5,7 @@ import random
 import pytest
 import sacrebleu
 
-from nmt.evaluation import LENGTH_BUCKETS, format_by_length, scores_by_length
+from nmt.metrics import LENGTH_BUCKETS, format_by_length, scores_by_length
 
 WORDS = ["ein", "Mann", "Frau", "spielt", "Gitarre", "auf", "der", "Straße", "mit", "Hund", "im", "Park"]
 

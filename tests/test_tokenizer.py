@@ -9,7 +9,8 @@ import sentencepiece as spm
 
 from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
+from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.tokenizer import Tokenizer, train_tokenizer
 
 EN_WORDS = (("cat", "dog", "bird", "horse"), ("a tree", "it", "us", "the sea"), ("old", "red", "big", "new"))
 DE_WORDS = (

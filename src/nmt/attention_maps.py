@@ -1,4 +1,4 @@
-"""Where the model looks: translate one sentence, then plot its cross-attention over the source.
+"""Where the model looks: the cross-attention of a model over a source while it produces a translation.
 
 The weights come from re-running the decoder under teacher forcing on ``[BOS] + translation``
 (:meth:`~nmt.models.base.Seq2Seq.cross_attention`), which reproduces the attention of the search
@@ -10,32 +10,14 @@ from __future__ import annotations
 import torch
 from matplotlib.figure import Figure
 
-from nmt.config import DecodingConfig
 from nmt.decoding import pad_batch
 from nmt.errors import NMTError
 from nmt.models.base import Seq2Seq
 from nmt.plotting import attention_figure
-from nmt.tokenizer import BOS_ID, Tokenizer
-from nmt.translator import Translator
+from nmt.special import BOS_ID
+from nmt.tokenizer import Tokenizer
 
 HEAD_MODES = ("mean", "all")
-
-
-@torch.no_grad()
-def plot_attention_for_text(
-    translator: Translator, text: str, decoding: DecodingConfig, layer: int = -1, heads: str = "mean"
-) -> tuple[Figure, str]:
-    """Translate ``text`` and plot the cross-attention of decoder ``layer`` (negative counts from the
-    last): one panel per head (``heads="all"``) or their mean (``"mean"``). Returns (figure, translation).
-    """
-    if heads not in HEAD_MODES:
-        raise NMTError(f"heads must be one of {HEAD_MODES}, got {heads!r}")
-    src_ids = translator.encode([text])[0]
-    if not src_ids:
-        raise NMTError("text is empty: nothing to translate")
-    hyp = translator.search([src_ids], decoding)[0][0].tokens
-    tok = translator.tokenizer
-    return attention_map(translator.model, tok, src_ids, hyp, layer, heads), tok.decode_tgt([hyp])[0]
 
 
 @torch.no_grad()

@@ -83,6 +83,30 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return ckpt
 
 
+def make_checkpoint(
+    model: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    tokenizer: dict[str, Any],
+    vocab: dict[str, int],
+    progress: dict[str, Any],
+    **extra: Any,
+) -> dict[str, Any]:
+    """The checkpoint: the weights, the resolved training config (:func:`nmt.config.to_container`), the
+    SentencePiece models (``Tokenizer.state_dict``), the vocabulary sizes and the training progress,
+    enough to translate without the run dir. ``extra`` holds what only some checkpoints have: the
+    training state to resume (``optimizer``, ``scaler``, ``sampler``, ``rng``) or where weights come
+    from (``averaged_from``)."""
+    return {
+        "format": FORMAT_VERSION,
+        "model": model,
+        "config": config,
+        "tokenizer": tokenizer,
+        "vocab": dict(vocab),
+        "progress": progress,
+        **extra,
+    }
+
+
 def checkpoint_config(ckpt: dict[str, Any]) -> TrainConfig:
     return to_train_config(ckpt["config"])
 

@@ -140,9 +140,9 @@ class RNNSearchConfig(ModelConfig):
     """Bahdanau, Cho and Bengio (2014): BiGRU encoder, GRU decoder with additive attention."""
 
     arch: str = "rnnsearch"
-    embed_dim: int = 620
-    hidden_size: int = 1000
-    attention_dim: int = 1000
+    embed_dim: int = 620  # word embeddings (the paper's sizes are the defaults)
+    hidden_size: int = 1000  # GRU states, per direction in the encoder
+    attention_dim: int = 1000  # hidden size of the additive attention's scores
     maxout: bool = True  # deep output with a maxout layer (paper); False = linear readout
     readout_dim: int = 500
     share_embeddings: bool = False

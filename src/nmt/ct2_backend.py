@@ -51,10 +51,11 @@ import torch
 from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
+from nmt.ct2_format import read_export_info, require_ctranslate2
 from nmt.decoding import Hypothesis, hypothesis
 from nmt.errors import NMTError
-from nmt.export_ct2 import read_export_info, require_ctranslate2
-from nmt.tokenizer import BOS_ID, PAD_ID, Tokenizer
+from nmt.special import BOS_ID, PAD_ID
+from nmt.tokenizer import Tokenizer
 
 BACKENDS = ("torch", "ct2")
 

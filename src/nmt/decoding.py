@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
 from nmt.models.base import Seq2Seq
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @dataclass

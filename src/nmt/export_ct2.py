@@ -20,20 +20,20 @@ fingerprint, so :class:`nmt.ct2_backend.CT2Backend` can refuse a tokenizer that 
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from torch import nn
 
 from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint
 from nmt.config import ExportCT2Config, ModelConfig, TransformerConfig
+from nmt.ct2_format import require_ctranslate2, write_export_info
 from nmt.errors import NMTError
 from nmt.models.attention import Attention, DotProductAttention
 from nmt.models.transformer import DecoderLayer, EncoderLayer, Residual, Transformer
-from nmt.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer
+from nmt.special import BOS_ID, EOS_ID, UNK_ID
+from nmt.tokenizer import Tokenizer
 
 QUANTIZATIONS = (
     "none",
@@ -45,18 +45,6 @@ QUANTIZATIONS = (
     "float16",
     "bfloat16",
 )
-META_FILE = "nmt_export.json"
-
-
-def require_ctranslate2() -> ModuleType:
-    """The ``ctranslate2`` module, or an NMTError saying how to install it."""
-    try:
-        import ctranslate2
-    except ImportError:
-        raise NMTError(
-            "CTranslate2 is not installed: pip install 'ctranslate2>=4.5' (or the project's [ct2] extra)"
-        ) from None
-    return ctranslate2
 
 
 def check_exportable(cfg: ModelConfig) -> None:
@@ -223,7 +211,7 @@ def export_model(
             "quantization": quantization,
             **(meta or {}),
         }
-        (tmp / META_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        write_export_info(tmp, info)
         if output.exists():
             shutil.rmtree(output)
         tmp.rename(output)
@@ -242,13 +230,3 @@ def export_checkpoint(cfg: ExportCT2Config) -> Path:
     model, tokenizer, _ = model_from_checkpoint(ckpt, "cpu")
     meta = {"checkpoint": str(Path(cfg.checkpoint).resolve()), "step": ckpt.get("progress", {}).get("step")}
     return export_model(model, tokenizer, cfg.output, cfg.quantization, cfg.force, meta)
-
-
-def read_export_info(model_dir: str | Path) -> dict[str, Any]:
-    """``nmt_export.json`` of an exported model; an NMTError when ``model_dir`` is not one."""
-    path = Path(model_dir) / META_FILE
-    if not path.is_file():
-        raise NMTError(
-            f"{model_dir}: not a model directory written by scripts/export_ct2.py (no {META_FILE})"
-        )
-    return json.loads(path.read_text())

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nmt.checkpoint import atomic_save, checkpoint_config, load_checkpoint
+from nmt.checkpoint import atomic_save, checkpoint_config, load_checkpoint, make_checkpoint
 from nmt.config import DecodingOverrides, EvalDataConfig, EvalFilesConfig, EvaluateConfig, SelectConfig
 from nmt.errors import NMTError
 from nmt.evaluation import evaluate_checkpoint
@@ -78,9 +78,13 @@ def choose_final(cfg: SelectConfig) -> FinalChoice:
             )
     chosen = max(candidates, key=lambda c: (c.bleu, c.chrf))  # ties: the earlier candidate
     ckpt = load_checkpoint(chosen.checkpoint)
-    ckpt["config"]["decoding"]["alpha"] = chosen.alpha
+    config = {**ckpt["config"], "decoding": {**ckpt["config"]["decoding"], "alpha": chosen.alpha}}
+    extra = {key: ckpt[key] for key in ("averaged_from",) if key in ckpt}
+    final = make_checkpoint(
+        ckpt["model"], config, ckpt["tokenizer"], ckpt["vocab"], ckpt["progress"], **extra
+    )
     output = ckpt_dir / cfg.output
-    atomic_save(ckpt, output)
+    atomic_save(final, output)
     report_path = Path(cfg.run_dir) / "eval" / "final_choice.json"
     choice = FinalChoice(chosen, candidates, cfg.split, str(output), str(report_path))
     report_path.parent.mkdir(parents=True, exist_ok=True)

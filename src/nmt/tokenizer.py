@@ -1,7 +1,6 @@
 """SentencePiece subword models: training (cached by config and data), encoding, decoding.
 
-The special ids are fixed for the whole project, so models, batching and decoding agree on them
-without asking the tokenizer.
+The special ids (``nmt.special``) are fixed for the whole project; SentencePiece is trained with them.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ import sentencepiece as spm
 from nmt.cache import atomic_dir, config_dict, file_digest
 from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
+from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SAMPLING_KEYS = ("sampling_alpha", "sampled_copies")  # how the training split is re-segmented, not the model
 
 log = logging.getLogger(__name__)

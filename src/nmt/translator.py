@@ -8,7 +8,9 @@ from collections.abc import Iterator, Sequence
 from typing import BinaryIO, TextIO
 
 import torch
+from matplotlib.figure import Figure
 
+from nmt.attention_maps import HEAD_MODES, attention_map
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.config import DecodingConfig, DecodingOverrides, TrainConfig, check_decoding, merge_decoding
 from nmt.ct2_backend import CT2Backend, load_backend
@@ -99,6 +101,21 @@ class Translator:
     def best(self, hyps: list[list[Hypothesis]]) -> list[str]:
         """The text of each n-best list's first hypothesis ("" for an empty list: an empty line)."""
         return self.tokenizer.decode_tgt([h[0].tokens if h else [] for h in hyps])
+
+    def plot_attention(
+        self, text: str, decoding: DecodingConfig, layer: int = -1, heads: str = "mean"
+    ) -> tuple[Figure, str]:
+        """Translate ``text`` with the model and plot the cross-attention of decoder ``layer`` (negative
+        counts from the last): one panel per head (``heads="all"``) or their mean (``"mean"``).
+        Returns (figure, translation)."""
+        if heads not in HEAD_MODES:
+            raise NMTError(f"heads must be one of {HEAD_MODES}, got {heads!r}")
+        src_ids = self.encode([text])[0]
+        if not src_ids:
+            raise NMTError("text is empty: nothing to translate")
+        hyp = translate_ids(self.model, [src_ids], decoding, self.device, self.cfg.model.max_positions)[0][0]
+        figure = attention_map(self.model, self.tokenizer, src_ids, hyp.tokens, layer, heads)
+        return figure, self.tokenizer.decode_tgt([hyp.tokens])[0]
 
 
 def translate_stream(

@@ -48,14 +48,16 @@ class Toy:
         "trainer.log_every=10",
     )
 
-    def overrides(self, *overrides: str) -> list[str]:
-        # fp32: the same numbers on every CPU (precision=auto picks bf16 on some, fp32 on others)
-        fixed = ["experiment=toy", f"data.cache_dir={self.data_cache}", "trainer.progress=false"]
-        return [*fixed, "trainer.precision=fp32", *overrides]
+    def overrides(self, *overrides: str, preset: bool = True) -> list[str]:
+        """The toy preset (``preset=False``: its data only, for models whose keys it does not set), the
+        shared data cache, no progress bar, and fp32: the same numbers on every CPU (precision=auto picks
+        bf16 on some, fp32 on others)."""
+        fixed = ["experiment=toy" if preset else "data=toy", f"data.cache_dir={self.data_cache}"]
+        return [*fixed, "trainer.progress=false", "trainer.precision=fp32", *overrides]
 
-    def config(self, *overrides: str) -> TrainConfig:
+    def config(self, *overrides: str, preset: bool = True) -> TrainConfig:
         """The typed config that ``scripts/train.py experiment=toy <overrides>`` gets."""
-        return self.compose_train(*self.overrides(*overrides))
+        return self.compose_train(*self.overrides(*overrides, preset=preset))
 
     def train(self, run_dir: Path, *overrides: str) -> ToyRun:
         """``scripts/train.py experiment=toy <overrides>``, in this process."""

@@ -23,18 +23,11 @@ from nmt.training.loop import train
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-# fp32: the same numbers on every CPU (precision=auto picks bf16 on some, fp32 on others)
-COMMON = [
-    "trainer.progress=false",
-    "trainer.precision=fp32",
-    "trainer.keep_checkpoints=0",
-    "trainer.valid_bleu_sentences=100",
-]
+COMMON = ["trainer.keep_checkpoints=0", "trainer.valid_bleu_sentences=100"]
 # The toy preset sets Transformer keys, which RNNSearchConfig rejects, so the RNNsearch run takes the
 # preset's data, tokenizer and optimizer settings one by one (same data cache key).
 RUNS = {
     "additive": [
-        "experiment=toy",
         "model.cross_attention=additive",
         "model.d_model=64",
         "model.ff_dim=128",
@@ -45,7 +38,6 @@ RUNS = {
         "trainer.valid_every=800",
     ],
     "rnnsearch": [
-        "data=toy",
         "tokenizer.vocab_size=300",
         "model=rnnsearch_small",
         "model.embed_dim=64",
@@ -67,7 +59,7 @@ RUNS = {
 @pytest.fixture(scope="module", params=sorted(RUNS))
 def run(request, toy, tmp_path_factory) -> dict:
     """A trained toy model: its run dir, final validation metrics and training time."""
-    cfg = toy.compose_train(*RUNS[request.param], f"data.cache_dir={toy.data_cache}", *COMMON)
+    cfg = toy.config(*RUNS[request.param], *COMMON, preset=request.param != "rnnsearch")
     run_dir = tmp_path_factory.mktemp(request.param)
     start = time.monotonic()
     final = train(cfg, run_dir)

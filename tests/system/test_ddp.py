@@ -27,19 +27,8 @@ from nmt.training.setup import set_up
 
 ROOT = Path(__file__).resolve().parents[2]
 # A tiny model without dropout (its masks would differ between the two set-ups), on a small toy corpus.
-OVERRIDES = [
-    "experiment=toy",
-    "data.train_size=300",
-    "data.valid_size=20",
-    "data.test_size=20",
-    "model.d_model=32",
-    "model.ff_dim=64",
-    "model.heads=2",
-    "model.dropout=0.0",
-    "trainer.device=cpu",
-    "trainer.precision=fp32",
-    "trainer.progress=false",
-]
+SMALL = ["data.train_size=300", "data.valid_size=20", "data.test_size=20", "trainer.device=cpu"]
+TINY = ["model.d_model=32", "model.ff_dim=64", "model.heads=2", "model.dropout=0.0"]
 # Plain SGD at lr 1 with clipping: the update is the (clipped) gradient itself, so comparing weights
 # compares gradients. Adam's first update is lr * sign(gradient), which rounding can flip near zero.
 SGD_OVERRIDES = ["optim.lr=1.0", "optim.warmup_steps=0", "optim.schedule=constant"]
@@ -51,14 +40,14 @@ MICRO = [[list(range(0, 6)), list(range(6, 16))], [list(range(16, 22)), list(ran
 def cache_dir(toy) -> Path:
     """The session's toy data cache (conftest), with this small corpus prepared once in it: the ranks
     and the torchrun runs only read it."""
-    cfg = toy.compose_train(*OVERRIDES, f"data.cache_dir={toy.data_cache}")
+    cfg = toy.config(*SMALL, *TINY)
     prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
     return toy.data_cache
 
 
 @pytest.fixture(scope="module")
 def sgd_config(toy, cache_dir) -> TrainConfig:
-    return toy.compose_train(*OVERRIDES, f"data.cache_dir={cache_dir}", *SGD_OVERRIDES)
+    return toy.config(*SMALL, *TINY, *SGD_OVERRIDES)
 
 
 def one_update(cfg: TrainConfig, run_dir: Path, micro: list[list[int]]) -> tuple[dict, float]:
@@ -108,7 +97,7 @@ def test_ddp_update_equals_single_process_on_the_combined_batch(sgd_config: Trai
             torch.testing.assert_close(ddp_params[name], value, rtol=1e-4, atol=1e-5, msg=f"{name}, n={n}")
 
 
-def torchrun_train(run_dir: Path, cache_dir: Path, *extra: str) -> str:
+def torchrun_train(toy, run_dir: Path, *extra: str) -> str:
     command = [
         sys.executable,
         "-m",
@@ -116,8 +105,7 @@ def torchrun_train(run_dir: Path, cache_dir: Path, *extra: str) -> str:
         "--standalone",
         "--nproc_per_node=2",
         str(ROOT / "scripts" / "train.py"),
-        *OVERRIDES,
-        f"data.cache_dir={cache_dir}",
+        *toy.overrides(*SMALL, *TINY),
         "trainer.valid_bleu_sentences=10",
         "trainer.attention_image=false",
         f"hydra.run.dir={run_dir}",
@@ -131,9 +119,9 @@ def torchrun_train(run_dir: Path, cache_dir: Path, *extra: str) -> str:
 
 
 @pytest.mark.slow
-def test_torchrun_trains_checkpoints_once_and_resumes(cache_dir: Path, tmp_path: Path):
+def test_torchrun_trains_checkpoints_once_and_resumes(toy, cache_dir: Path, tmp_path: Path):
     run_dir = tmp_path / "run"
-    first = torchrun_train(run_dir, cache_dir, "trainer.max_steps=4", "trainer.valid_every=4")
+    first = torchrun_train(toy, run_dir, "trainer.max_steps=4", "trainer.valid_every=4")
     assert "2 rank(s)" in first
     assert first.count("stopped after 4 steps") == 1  # rank 0 alone logs ...
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "last.pt", "step_4.pt"]
@@ -143,7 +131,7 @@ def test_torchrun_trains_checkpoints_once_and_resumes(cache_dir: Path, tmp_path:
     assert len(rng) == 2 and not torch.equal(rng[0]["torch"], rng[1]["torch"])
 
     second = torchrun_train(
-        run_dir, cache_dir, "trainer.max_steps=6", "trainer.valid_every=6", "trainer.resume=auto"
+        toy, run_dir, "trainer.max_steps=6", "trainer.valid_every=6", "trainer.resume=auto"
     )
     assert second.count("resumed from") == 2  # ... but both ranks restore the same checkpoint
     assert second.count("stopped after 6 steps") == 1

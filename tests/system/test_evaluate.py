@@ -16,7 +16,8 @@ from nmt.checkpoint import atomic_save, load_checkpoint
 from nmt.config import EvalFilesConfig, EvaluateConfig
 from nmt.data import prepare_text
 from nmt.errors import NMTError
-from nmt.evaluation import corpus_scores, evaluate_checkpoint
+from nmt.evaluation import evaluate_checkpoint
+from nmt.metrics import corpus_scores
 from nmt.translator import Translator
 
 pytestmark = pytest.mark.slow

@@ -3,7 +3,7 @@
 ``scripts/benchmark.py`` composes the pieces: :mod:`~nmt.benchmark.hardware` (machine, matmul
 ceiling, peak memory), :mod:`~nmt.benchmark.training` (the project's ``train_step`` against
 :mod:`~nmt.benchmark.reference`), :mod:`~nmt.benchmark.decoding` (and :mod:`~nmt.benchmark.ct2`), and
-:mod:`~nmt.benchmark.report` (the table). What is measured and why: README, "Speed".
+:mod:`~nmt.benchmark.report` (the table). What is measured and why: docs/speed.md.
 """
 
 from __future__ import annotations

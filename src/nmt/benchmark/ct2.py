@@ -24,8 +24,9 @@ import torch
 from nmt.checkpoint import checkpoint_config, load_checkpoint
 from nmt.config import BenchConfig, DecodingConfig, TrainConfig
 from nmt.ct2_backend import CT2Backend
+from nmt.ct2_format import require_ctranslate2
 from nmt.decoding import Hypothesis
-from nmt.export_ct2 import check_exportable, check_quantization, export_model, require_ctranslate2
+from nmt.export_ct2 import check_exportable, check_quantization, export_model
 from nmt.models import Transformer
 from nmt.tokenizer import Tokenizer
 

@@ -140,7 +140,7 @@ def measure_training(
         """Median over batches of time(slow) / time(fast): how many times faster ``fast`` is."""
         return statistics.median(a / b for a, b in zip(times[slow], times[fast]))
 
-    if reference is not None:
+    if bench.reference:
         out["project_over_reference"] = {p: paired(f"reference {p}", f"project {p}") for p in precisions}
     out["speedup_over_fp32"] = {
         f"{model} {p}": paired(f"{model} fp32", f"{model} {p}")

@@ -196,8 +196,8 @@ class DotProductAttention(Attention):
     """Scaled dot-product attention (Vaswani et al., 2017) through ``F.scaled_dot_product_attention``,
     which picks fused flash/memory-efficient kernels on GPU. The explicit softmax path is used when
     the weights are asked for (plots), since the fused kernels do not return them, and for bf16/fp16
-    on CPU, where the fused kernel is slower than in fp32 and slower than the explicit path (README,
-    "Speed")."""
+    on CPU, where the fused kernel is slower than in fp32 and slower than the explicit path
+    (docs/speed.md)."""
 
     def attend(self, q, k, v, key_padding_mask, causal, need_weights):
         dropout = self.dropout if self.training else 0.0
@@ -290,24 +290,14 @@ class AdditiveAttention(Attention):
     in training as well (see :func:`additive_scores`); incremental decoding scores one position.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        heads: int,
-        dropout: float,
-        cross: bool,
-        score_dim: int | None = None,
-        chunk: int = 64,
-        kv_heads: int = 0,
-        rope_base: float | None = None,
-    ):
-        if rope_base is not None:
+    def __init__(self, d_model: int, heads: int, dropout: float, cross: bool, chunk: int = 64, **kwargs):
+        if kwargs.get("rope_base") is not None:
             raise NMTError(
                 "model.positional=rope rotates the queries and keys of dot-product self-attention; "
                 "additive scores v . tanh(W_q q + W_k k) do not become relative by a rotation: use "
                 "model.self_attention=dot_product or model.positional=sinusoidal/learned"
             )
-        super().__init__(d_model, heads, dropout, cross, score_dim, kv_heads)
+        super().__init__(d_model, heads, dropout, cross, **kwargs)
         if chunk < 1:
             raise NMTError(f"model.additive_chunk must be at least 1, got {chunk}")
         self.chunk = chunk

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nmt.tokenizer import PAD_ID
+from nmt.special import PAD_ID
 
 State = dict[str, Any]
 

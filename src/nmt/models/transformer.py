@@ -18,7 +18,7 @@ from nmt.config import TransformerConfig
 from nmt.errors import NMTError
 from nmt.models.attention import build_attention
 from nmt.models.base import Seq2Seq, State, log_softmax_fp32
-from nmt.tokenizer import PAD_ID
+from nmt.special import PAD_ID
 
 
 def sinusoidal_table(length: int, dim: int) -> Tensor:

@@ -24,7 +24,7 @@ from nmt.config import TrainConfig, to_container
 from nmt.data import Batch, TokenBatchSampler, collate, drop_words
 from nmt.devices import autocast
 from nmt.errors import NMTError
-from nmt.tokenizer import PAD_ID
+from nmt.special import PAD_ID
 from nmt.training.budget import Budget, BudgetBar
 from nmt.training.distributed import all_gather_object, all_reduce_sum, broadcast_object, cleanup
 from nmt.training.loss import label_smoothed_nll
@@ -316,18 +316,17 @@ def write_checkpoints(run: Run, improved: bool, step_file: bool, rng: list[dict]
     run.progress.elapsed_s = (
         run.clock.elapsed_s()
     )  # validation included: a resumed run stops where this one would
-    state = {
-        "format": ckpt_io.FORMAT_VERSION,
-        "model": run.model.state_dict(),
-        "optimizer": run.optimizer.state_dict(),
-        "scaler": run.scaler.state_dict(),
-        "sampler": run.sampler.state_dict(),
-        "rng": rng,  # one per rank
-        "progress": asdict(run.progress),
-        "config": to_container(run.cfg),
-        "tokenizer": run.data.tokenizer.state_dict(),
-        "vocab": dict(run.model.vocab_sizes),
-    }
+    state = ckpt_io.make_checkpoint(
+        run.model.state_dict(),
+        to_container(run.cfg),
+        run.data.tokenizer.state_dict(),
+        run.model.vocab_sizes,
+        asdict(run.progress),
+        optimizer=run.optimizer.state_dict(),
+        scaler=run.scaler.state_dict(),
+        sampler=run.sampler.state_dict(),
+        rng=rng,  # one per rank
+    )
     ckpt_io.atomic_save(state, run.ckpt_dir / "last.pt")
     if improved:
         ckpt_io.atomic_save(state, run.ckpt_dir / "best.pt")

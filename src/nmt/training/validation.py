@@ -13,9 +13,9 @@ from nmt.config import HIGHER_IS_BETTER, TrainConfig
 from nmt.data import PreparedData, TokenBatchSampler, clipped_lengths, collate
 from nmt.decoding import translate_ids
 from nmt.devices import autocast
-from nmt.evaluation import corpus_scores
+from nmt.metrics import corpus_scores
 from nmt.models import Seq2Seq
-from nmt.tokenizer import PAD_ID
+from nmt.special import PAD_ID
 from nmt.training.loss import label_smoothed_nll
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nmt.checkpoint import checkpoint_step, load_checkpoint, step_checkpoints
+from nmt.checkpoint import checkpoint_step, load_checkpoint, make_checkpoint, step_checkpoints
 from nmt.errors import NMTError
 
 
@@ -47,12 +47,11 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
             total[k] += v.double()
     last = ckpt if len(paths) > 1 else first
     averaged = {k: (v / len(paths)).to(first["model"][k].dtype) for k, v in total.items()}
-    return {
-        "format": first["format"],
-        "model": averaged,
-        "config": last["config"],
-        "tokenizer": last["tokenizer"],
-        "vocab": last["vocab"],
-        "progress": last.get("progress", {}),
-        "averaged_from": [str(p) for p in paths],
-    }
+    return make_checkpoint(
+        averaged,
+        last["config"],
+        last["tokenizer"],
+        last["vocab"],
+        last.get("progress", {}),
+        averaged_from=[str(p) for p in paths],
+    )
