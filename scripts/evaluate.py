@@ -12,7 +12,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.config import checkpoint_paths, register_configs
 from nmt.evaluation import evaluate_checkpoint, report_dir
 from nmt.metrics import format_by_length, format_scores
 
@@ -23,7 +23,7 @@ register_configs()
 @run_cli
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
-    report = evaluate_checkpoint(cfg, report_dir(Path(cfg.checkpoint)))
+    report = evaluate_checkpoint(cfg, report_dir(Path(checkpoint_paths(cfg.checkpoint)[0])))
     print(format_scores(report.scores))
     print(report.outputs.summary())
     if report.by_length:

@@ -21,18 +21,24 @@ HEAD_MODES = ("mean", "all")
 
 
 @torch.no_grad()
+def cross_attention_weights(model: Seq2Seq, src_ids: list[int], hyp: list[int]) -> torch.Tensor:
+    """The cross-attention (layers, heads, len(hyp) + 1, len(src_ids) + 1) of ``model`` while it produces
+    ``hyp`` (and EOS) from ``src_ids`` (and EOS), in fp32 on the CPU."""
+    device = next(model.parameters()).device
+    tgt_in = torch.tensor([[BOS_ID, *hyp]], device=device)
+    return model.cross_attention(pad_batch([src_ids], device), tgt_in)[:, 0].float().cpu()
+
+
+@torch.no_grad()
 def attention_map(
     model: Seq2Seq, tok: Tokenizer, src_ids: list[int], hyp: list[int], layer: int = -1, heads: str = "mean"
 ) -> Figure:
     """Heatmap of the cross-attention of decoder ``layer`` while producing ``hyp`` from ``src_ids``."""
-    device = next(model.parameters()).device
-    src = pad_batch([src_ids], device)
-    tgt_in = torch.tensor([[BOS_ID, *hyp]], device=device)
-    weights = model.cross_attention(src, tgt_in)  # (layers, 1, heads, tgt, src)
+    weights = cross_attention_weights(model, src_ids, hyp)  # (layers, heads, tgt, src)
     layers = weights.size(0)
     if not -layers <= layer < layers:
         raise NMTError(f"layer={layer} out of range: the model has {layers} decoder layer(s) (-1 = last)")
-    weights = weights[layer, 0].float()
+    weights = weights[layer]
     title = "cross-attention" + (f", decoder layer {layer % layers}" if layers > 1 else "")
     if heads == "mean":
         panels, titles = weights.mean(dim=0, keepdim=True), None

@@ -13,6 +13,7 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
@@ -247,6 +248,14 @@ class DecodingOverrides:
     word_reward: float | None = None
 
 
+def checkpoint_paths(checkpoint: Any) -> list[str]:
+    """``checkpoint=PATH`` or ``checkpoint=[A,B,...]`` (an ensemble of those models) as a list of paths."""
+    paths = [checkpoint] if isinstance(checkpoint, str) else list(checkpoint)
+    if not paths or not all(isinstance(p, str) and p for p in paths):
+        raise NMTError(f"checkpoint={checkpoint}: give a path or a list of paths [a.pt,b.pt]")
+    return paths
+
+
 def merge_decoding(base: DecodingConfig, overrides: DecodingOverrides) -> DecodingConfig:
     """The checkpoint's decoding settings with the overrides that were given."""
     return dataclasses.replace(base, **{k: v for k, v in vars(overrides).items() if v is not None})
@@ -318,7 +327,7 @@ class EvalDataConfig:
 class InferenceConfig:
     """What every script that translates with a checkpoint takes."""
 
-    checkpoint: str = MISSING
+    checkpoint: Any = MISSING  # a path, or a list of paths [a.pt,b.pt]: an ensemble (checkpoint_paths)
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
     device: str = "auto"
     backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
@@ -336,6 +345,27 @@ class TranslateConfig(InferenceConfig):
     input: str | None = None  # file; default stdin
     output: str | None = None  # file; default stdout
     batch_sentences: int = 64
+
+
+@dataclass
+class ServerLimits:
+    """What one request may ask and how requests are batched (``serve.*`` of scripts/serve.py)."""
+
+    max_sentences: int = 64  # sentences in one request
+    max_chars: int = 20_000  # characters in one request, over its sentences
+    max_beam_size: int = 16  # the largest beam_size a request may ask for
+    max_tokens: int = 4096  # source subwords decoded together, over the requests batched
+    queue_size: int = 64  # requests waiting to be decoded; beyond that: 503 with Retry-After
+    retry_after_s: int = 1
+
+
+@dataclass
+class ServeConfig(InferenceConfig):
+    """scripts/serve.py: the HTTP translation service and its page."""
+
+    host: str = "127.0.0.1"  # loopback only by default; 0.0.0.0 to serve other machines
+    port: int = 8000
+    serve: ServerLimits = field(default_factory=ServerLimits)
 
 
 @dataclass
@@ -405,6 +435,7 @@ def register_configs() -> None:
     cs.store(name="average_schema", node=AverageConfig)
     cs.store(name="select_schema", node=SelectConfig)
     cs.store(name="export_ct2_schema", node=ExportCT2Config)
+    cs.store(name="serve_schema", node=ServeConfig)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
     cs.store(name="plot_curves_schema", node=PlotCurvesConfig)
     # Merged before the `train` config it extends, whose root schema (TrainConfig) then stays the type.
@@ -515,6 +546,22 @@ def check_decoding(cfg: DecodingConfig, prefix: str = "decoding.") -> None:
     check_values(cfg, DECODING_RULES, prefix)
     if cfg.nbest > cfg.beam_size:
         raise NMTError(f"{prefix}nbest={cfg.nbest} exceeds {prefix}beam_size={cfg.beam_size}")
+
+
+SERVE_RULES: dict[str, Rule] = {
+    "port": (lambda v: 0 <= v < 65536, "must be a TCP port (0 = any free one)"),
+    **{
+        f"serve.{key}": POSITIVE
+        for key in (
+            "max_sentences",
+            "max_chars",
+            "max_beam_size",
+            "max_tokens",
+            "queue_size",
+            "retry_after_s",
+        )
+    },
+}
 
 
 POSITIONALS = ("sinusoidal", "learned", "rope")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nmt.config import DecodingConfig, EvaluateConfig, TrainConfig
+from nmt.config import DecodingConfig, EvaluateConfig, TrainConfig, checkpoint_paths
 from nmt.data import SPLITS, prepare_text, read_lines
 from nmt.devices import select_device
 from nmt.errors import NMTError
@@ -74,7 +74,9 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
 
     backend = ".ct2" if cfg.backend == "ct2" else ""
-    stem = f"{Path(cfg.checkpoint).stem}.{test_name}.beam{decoding.beam_size}{backend}"
+    paths = checkpoint_paths(cfg.checkpoint)
+    ensemble = f".ensemble{len(paths)}" if len(paths) > 1 else ""
+    stem = f"{Path(paths[0]).stem}{ensemble}.{test_name}.beam{decoding.beam_size}{backend}"
     hyp_path = Path(cfg.eval.out) if cfg.eval.out else out_dir / f"{stem}.hyp"
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in hyp_text), encoding="utf-8")
@@ -83,7 +85,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
         (hyp_path.with_suffix(".nbest")).write_text("".join(h + "\n" for h in nbest), encoding="utf-8")
     out_tokens = sum(len(h[0].tokens) + 1 for h in hyps if h)
     report = EvalReport(
-        checkpoint=str(Path(cfg.checkpoint).resolve()),
+        checkpoint=" + ".join(str(Path(p).resolve()) for p in paths),
         test_set=test_name,
         sentences=len(sources),
         scores=scores,

@@ -5,18 +5,27 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator, Sequence
-from typing import BinaryIO, TextIO
+from dataclasses import replace
+from typing import Any, BinaryIO, TextIO
 
 import torch
 from matplotlib.figure import Figure
 
 from nmt.attention_maps import HEAD_MODES, attention_map
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
-from nmt.config import DecodingConfig, DecodingOverrides, TrainConfig, check_decoding, merge_decoding
+from nmt.config import (
+    DecodingConfig,
+    DecodingOverrides,
+    TrainConfig,
+    check_decoding,
+    checkpoint_paths,
+    merge_decoding,
+)
 from nmt.ct2_backend import CT2Backend, load_backend
 from nmt.decoding import Hypothesis, translate_ids
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
+from nmt.models.ensemble import Ensemble
 from nmt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -41,16 +50,38 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str, device: torch.device, backend: str = "torch", ct2_model: str | None = None
+        cls, checkpoint: Any, device: torch.device, backend: str = "torch", ct2_model: str | None = None
     ) -> Translator:
-        ckpt = load_checkpoint(path)
+        """A path, or a list of paths: an ensemble, with the first checkpoint's settings (decoding,
+        data) and the shortest ``max_positions`` of its models."""
+        paths = checkpoint_paths(checkpoint)
+        ckpt = load_checkpoint(paths[0])
         model, tokenizer, cfg = model_from_checkpoint(ckpt, device)
-        step = ckpt.get("progress", {}).get("step")
-        return cls(model, tokenizer, cfg, device, step, load_backend(backend, ct2_model, tokenizer, device))
+        if len(paths) == 1:
+            step = ckpt.get("progress", {}).get("step")
+            return cls(
+                model, tokenizer, cfg, device, step, load_backend(backend, ct2_model, tokenizer, device)
+            )
+        if backend != "torch":
+            raise NMTError(f"backend={backend} decodes one model: an ensemble needs backend=torch")
+        models = [model]
+        for path in paths[1:]:
+            other, other_tokenizer, other_cfg = model_from_checkpoint(load_checkpoint(path), device)
+            if other_tokenizer.fingerprint != tokenizer.fingerprint:
+                raise NMTError(
+                    f"checkpoint={path} has another vocabulary (SentencePiece model) than {paths[0]}: "
+                    "the models of an ensemble must share it"
+                )
+            models.append(other)
+            positions = min(cfg.model.max_positions, other_cfg.model.max_positions)
+            cfg = replace(cfg, model=replace(cfg.model, max_positions=positions))
+        return cls(Ensemble(models).eval(), tokenizer, cfg, device)
 
-    def decoding_with(self, overrides: DecodingOverrides) -> DecodingConfig:
-        """The checkpoint's (tuned) decoding settings, with what ``overrides`` sets; checked."""
-        decoding = merge_decoding(self.cfg.decoding, overrides)
+    def decoding_with(
+        self, overrides: DecodingOverrides, base: DecodingConfig | None = None
+    ) -> DecodingConfig:
+        """The checkpoint's (tuned) decoding settings, or ``base``, with what ``overrides`` sets; checked."""
+        decoding = merge_decoding(base or self.cfg.decoding, overrides)
         check_decoding(decoding)
         return decoding
 
