@@ -369,6 +369,16 @@ class ServeConfig(InferenceConfig):
 
 
 @dataclass
+class ServeBenchConfig(EvaluateConfig):
+    """scripts/benchmark_server.py: requests/s and latency of the service on a split's sentences."""
+
+    clients: list[int] = field(default_factory=lambda: [1, 8])  # concurrent clients, one measurement each
+    requests: int = 200  # single-sentence requests per measurement
+    serve: ServerLimits = field(default_factory=ServerLimits)
+    output: str = "serve_bench.json"
+
+
+@dataclass
 class ExportCT2Config:
     """scripts/export_ct2.py: a Transformer checkpoint as a CTranslate2 model directory."""
 
@@ -436,6 +446,7 @@ def register_configs() -> None:
     cs.store(name="select_schema", node=SelectConfig)
     cs.store(name="export_ct2_schema", node=ExportCT2Config)
     cs.store(name="serve_schema", node=ServeConfig)
+    cs.store(name="benchmark_server_schema", node=ServeBenchConfig)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
     cs.store(name="plot_curves_schema", node=PlotCurvesConfig)
     # Merged before the `train` config it extends, whose root schema (TrainConfig) then stays the type.

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import asdict, replace
 
 import pytest
@@ -25,6 +22,7 @@ fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from nmt.serve import create_app  # noqa: E402
+from nmt.serve.live import serve_in_thread  # noqa: E402
 from nmt.translator import Translator  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -133,32 +131,6 @@ def test_bad_requests_get_a_4xx_naming_the_field(client, body, status, field):
 
 
 # ------------------------------------------------------------------------------ a live server
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def live_server(app):
-    """The app under uvicorn on 127.0.0.1 in a thread, for real clients (concurrent, or a browser)."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
 def post(url: str, payload: dict) -> tuple[int, dict, dict]:
     request = urllib.request.Request(
         f"{url}/translate", json.dumps(payload).encode(), {"Content-Type": "application/json"}
@@ -176,7 +148,7 @@ def test_concurrent_clients_are_all_answered_once_and_batching_changes_nothing(t
     decoding = translator.decoding_with(DecodingOverrides())
     alone = translator.translate(sentences, decoding)
     app = create_app(translator, replace(LIMITS, queue_size=8, max_tokens=256), decoding)
-    with live_server(app) as url, ThreadPoolExecutor(max_workers=20) as pool:
+    with serve_in_thread(app) as url, ThreadPoolExecutor(max_workers=20) as pool:
         started = time.monotonic()
         answers = list(pool.map(lambda i: (i, *post(url, {"text": [sentences[i % 40]]})), range(200)))
         assert time.monotonic() - started < 300
@@ -222,7 +194,7 @@ def test_the_page_translates_and_draws_the_attention_in_a_browser(translator, se
     ):
         options.add_argument(flag)
     app = create_app(translator, LIMITS, translator.decoding_with(DecodingOverrides()))
-    with live_server(app) as url:
+    with serve_in_thread(app) as url:
         driver = webdriver.Chrome(
             service=webdriver.ChromeService(executable_path=driver_path), options=options
         )
@@ -243,3 +215,25 @@ def test_the_page_translates_and_draws_the_attention_in_a_browser(translator, se
     target_tokens = len(translator.tokenizer.encode_tgt([expected])[0]) + 1  # + </s>
     assert len(rows) == target_tokens and len(nbest) == min(3, translator.cfg.decoding.beam_size)
     assert (tmp_path / "page.png").stat().st_size > 10_000
+
+
+# ------------------------------------------------------------------------------ the scripts
+def test_the_server_benchmark_script_measures_each_client_count(toy, toy_run, tmp_path):
+    args = [f"checkpoint={toy_run.checkpoints / 'last.pt'}", "clients=[1,3]", "requests=12"]
+    proc = toy.script("benchmark_server.py", *args, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads((tmp_path / "serve_bench.json").read_text())["rows"]
+    assert [(r["clients"], r["requests"], r["ok"]) for r in rows] == [(1, 12, 12), (3, 12, 12)]
+    assert all(0 < r["p50_ms"] <= r["p95_ms"] for r in rows) and "p95 ms" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("port=70000", "error: port=70000: must be a TCP port"),
+        ("serve.queue_size=0", "error: serve.queue_size=0"),
+    ],
+)
+def test_serve_script_refuses_bad_settings_in_one_line(toy, toy_run, tmp_path, override, message):
+    proc = toy.script("serve.py", f"checkpoint={toy_run.checkpoints / 'last.pt'}", override, cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
