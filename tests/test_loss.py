@@ -46,3 +46,21 @@ def test_gradient_matches_torch(logits_and_target):
     theirs = logits.clone().requires_grad_()
     F.cross_entropy(theirs, target, label_smoothing=0.1, reduction="sum").backward()
     torch.testing.assert_close(ours.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gradient_of_loss_and_nll_together_matches_autograd(logits_and_target, eps):
+    """Both outputs in the graph (e.g. a loss that adds the NLL): the written-out gradient still holds."""
+    logits, target = logits_and_target
+    ours = logits.clone().requires_grad_()
+    loss, nll = label_smoothed_nll(ours, target, eps)
+    (2.0 * loss + 0.5 * nll).backward()
+    theirs = logits.clone().requires_grad_()
+    log_probs = torch.log_softmax(theirs, dim=-1)
+    plain = -log_probs.gather(-1, target[:, None]).sum()
+    smoothed = (1 - eps) * plain - eps * log_probs.mean(dim=-1).sum()
+    (2.0 * smoothed + 0.5 * plain).backward()
+    torch.testing.assert_close(ours.grad, theirs.grad)
+    bf16 = logits.bfloat16().requires_grad_()
+    label_smoothed_nll(bf16, target, eps)[0].backward()
+    assert bf16.grad.dtype == torch.bfloat16

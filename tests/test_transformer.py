@@ -143,3 +143,20 @@ def test_parameter_count_of_transformer_small(compose_train_cfg):
     expected = expected_parameters(8000, m.d_model, m.ff_dim, m.encoder_layers, m.decoder_layers)
     assert (m.d_model, m.ff_dim, m.encoder_layers, m.decoder_layers) == (256, 1024, 3, 3)
     assert count_parameters(model) == expected == 7_578_624
+
+
+def test_cpu_dropout_drops_a_share_p_and_keeps_the_expectation():
+    from nmt.models.transformer import Dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(200, 500)
+    drop = Dropout(0.3)
+    y = drop.train()(x)
+    assert abs(float((y == 0).float().mean()) - 0.3) < 0.01
+    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / 0.7))
+    assert abs(float(y.mean()) - 1.0) < 0.02
+    assert torch.equal(drop.eval()(x), x) and torch.equal(Dropout(0.0).train()(x), x)
+    x.requires_grad_()
+    y = drop.train()(x)
+    y.sum().backward()
+    assert torch.equal(x.grad, (y != 0).float() / 0.7)

@@ -110,12 +110,14 @@ class Attention(nn.Module):
         need_weights: bool = False,
         beams: int = 1,
     ) -> tuple[Tensor, Tensor | None]:
-        q = self._split(self.q_proj(query))
+        cached_cross = cache is not None and self.cross and "k" in cache
+        q, k, v = self._project(query, key, value, keys_needed=not cached_cross)
+        q = self._split(q)
         # Positions of the new queries (and, in self-attention, keys) start after the cached keys.
         offset = cache["k"].size(2) if cache is not None and not self.cross and "k" in cache else 0
         if self.rope_base is not None:
             q = rotary(q, torch.arange(offset, offset + q.size(2), device=q.device), self.rope_base)
-        k, v = self._keys_values(key, value, cache, offset)
+        k, v = self._keys_values(k, v, cache, offset)
         # With a self-attention cache the single new query may see every cached key: no causal mask.
         causal = causal and not (cache is not None and query.size(1) == 1)
         if beams > 1:
@@ -125,16 +127,30 @@ class Attention(nn.Module):
         batch, _, tgt_len, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(batch, tgt_len, -1)), weights
 
+    def _project(
+        self, query: Tensor, key: Tensor, value: Tensor, keys_needed: bool
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """The query, key and value projections, with one matrix product for those that share an input
+        (self-attention: all three; cross-attention: keys and values), as nn.MultiheadAttention does."""
+        if not keys_needed:
+            return self.q_proj(query), None, None
+        if query is key and key is value:
+            return fused_linear(query, (self.q_proj, self.k_proj, self.v_proj))
+        if key is value:
+            return (self.q_proj(query), *fused_linear(key, (self.k_proj, self.v_proj)))
+        return self.q_proj(query), self.k_proj(key), self.v_proj(value)
+
     def _split(self, x: Tensor, heads: int | None = None) -> Tensor:
         """(batch, len, heads * dim) -> (batch, heads, len, dim); ``heads`` defaults to the query heads."""
         return x.view(x.size(0), x.size(1), heads or self.heads, -1).transpose(1, 2)
 
     def _keys_values(
-        self, key: Tensor, value: Tensor, cache: dict | None, offset: int
+        self, key: Tensor | None, value: Tensor | None, cache: dict | None, offset: int
     ) -> tuple[Tensor, Tensor]:
-        if cache is not None and self.cross and "k" in cache:
+        """Split (and rotate) the projected keys and values, and go through the cache."""
+        if key is None or value is None:  # cross-attention, cached
             return cache["k"], cache["v"]
-        k, v = self._split(self.k_proj(key), self.kv_heads), self._split(self.v_proj(value), self.kv_heads)
+        k, v = self._split(key, self.kv_heads), self._split(value, self.kv_heads)
         if self.rope_base is not None:
             k = rotary(k, torch.arange(offset, offset + k.size(2), device=k.device), self.rope_base)
         if cache is not None:
@@ -176,6 +192,13 @@ class Attention(nn.Module):
             key_padding_mask = key_padding_mask.repeat_interleave(beams, dim=0)
         k, v = k.repeat_interleave(beams, dim=0), v.repeat_interleave(beams, dim=0)
         return self.attend(q, k, v, key_padding_mask, False, need_weights)
+
+
+def fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> tuple[Tensor, ...]:
+    """``layer(x)`` for each layer, in one matrix product of their stacked weights."""
+    weight = torch.cat([layer.weight for layer in layers])
+    bias = torch.cat([layer.bias for layer in layers])
+    return F.linear(x, weight, bias).split([layer.out_features for layer in layers], dim=-1)
 
 
 def allowed_mask(

@@ -1,9 +1,38 @@
-"""Label-smoothed cross entropy (Szegedy et al., 2016), computed on non-padding positions only."""
+"""Label-smoothed cross entropy (Szegedy et al., 2016), computed on non-padding positions only.
+
+The loss over a large vocabulary is a good part of a small model's training step, so its gradient is
+written out: with q the smoothed target distribution ((1 - eps) on the target, eps / V everywhere),
+d loss / d logits = softmax(logits) - q, one pass over the (N, vocab) probabilities instead of the
+backward passes of log_softmax, gather and mean that autograd would chain.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+
+class _SmoothedNLL(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        nll = -log_probs.gather(-1, target[:, None]).squeeze(-1)
+        smooth = -log_probs.mean(dim=-1)
+        ctx.save_for_backward(log_probs, target)
+        ctx.epsilon, ctx.dtype = epsilon, logits.dtype
+        return ((1.0 - epsilon) * nll + epsilon * smooth).sum(), nll.sum()
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None]:
+        log_probs, target = ctx.saved_tensors
+        eps, vocab = ctx.epsilon, log_probs.size(-1)
+        # loss: softmax - (1 - eps) onehot - eps / V; nll: softmax - onehot (weighted by their grads)
+        grad = log_probs.exp_().mul_(grad_loss + grad_nll)  # the saved log-probs are not needed again
+        if eps:
+            grad.sub_(grad_loss * eps / vocab)
+        at_target = (grad_loss * (1.0 - eps) + grad_nll).expand(target.size(0), 1)
+        grad.scatter_add_(1, target[:, None], -at_target)
+        return grad.to(ctx.dtype), None, None
 
 
 def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
@@ -12,7 +41,4 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
     Same as ``F.cross_entropy(label_smoothing=epsilon, reduction="sum")`` (the smoothing mass is spread
     over all classes), but also returns the plain NLL for perplexity without a second softmax.
     """
-    log_probs = torch.log_softmax(logits.float(), dim=-1)
-    nll = -log_probs.gather(-1, target[:, None]).squeeze(-1)
-    smooth = -log_probs.mean(dim=-1)
-    return ((1.0 - epsilon) * nll + epsilon * smooth).sum(), nll.sum()
+    return _SmoothedNLL.apply(logits, target, epsilon)
