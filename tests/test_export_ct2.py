@@ -138,7 +138,7 @@ def test_shared_and_separate_vocabularies_are_written(spm_models, tmp_path):
     }
     names = {p.name for p in two.iterdir()}
     assert {"source_vocabulary.json", "target_vocabulary.json", "source.model", "target.model"} <= names
-    assert (one / "sentencepiece.model").read_bytes() == joint.state_dict()["src"]
+    assert (one / "sentencepiece.model").read_bytes() == joint.protos[0]
 
 
 def test_quantized_export_leaves_the_model_alone(spm_models, tmp_path):

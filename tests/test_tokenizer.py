@@ -32,7 +32,7 @@ def texts(tmp_path) -> tuple[Path, Path]:
 
 def test_special_ids_are_fixed(texts, tmp_path):
     tok = train_tokenizer(CFG, *texts, tmp_path)
-    sp = spm.SentencePieceProcessor(model_proto=tok.state_dict()["src"])
+    sp = spm.SentencePieceProcessor(model_proto=tok.protos[0])
     ids = [sp.piece_to_id(p) for p in ("<pad>", "<unk>", "<s>", "</s>")]
     assert ids == [PAD_ID, UNK_ID, BOS_ID, EOS_ID] == [0, 1, 2, 3]
     assert tok.src_pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
@@ -89,6 +89,9 @@ def test_separate_models(texts, tmp_path):
 def test_state_dict_round_trip(texts, tmp_path):
     tok = train_tokenizer(replace(CFG, joint=False, vocab_size=40), *texts, tmp_path)
     restored = Tokenizer.from_state_dict(tok.state_dict())
+    assert (
+        Tokenizer.from_state_dict({"src": tok.protos[0], "tgt": tok.protos[1]}).fingerprint == tok.fingerprint
+    )
     assert restored.encode_tgt(DE) == tok.encode_tgt(DE) and restored.fingerprint == tok.fingerprint
 
 

@@ -198,12 +198,12 @@ def export_model(
     tmp.mkdir(parents=True)
     try:
         spec.save(str(tmp))
-        protos = tokenizer.state_dict()
+        src, tgt = tokenizer.protos
         if tokenizer.joint:
-            (tmp / "sentencepiece.model").write_bytes(protos["src"])
+            (tmp / "sentencepiece.model").write_bytes(src)
         else:
-            (tmp / "source.model").write_bytes(protos["src"])
-            (tmp / "target.model").write_bytes(protos["tgt"])
+            (tmp / "source.model").write_bytes(src)
+            (tmp / "target.model").write_bytes(tgt)
         info = {
             "tokenizer_fingerprint": tokenizer.fingerprint,
             "joint_vocabulary": tokenizer.joint,

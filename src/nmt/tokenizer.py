@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import sentencepiece as spm
+import torch
 
 from nmt.cache import atomic_dir, config_dict, file_digest
 from nmt.config import TokenizerConfig
@@ -70,12 +71,26 @@ class Tokenizer:
     def tgt_pieces(self, ids: list[int]) -> list[str]:
         return [self._tgt.id_to_piece(int(i)) for i in ids]
 
+    @property
+    def protos(self) -> tuple[bytes, bytes | None]:
+        """The serialized SentencePiece model(s): source, and target (None when joint)."""
+        return self._protos
+
     def state_dict(self) -> dict:
-        return {"src": self._protos[0], "tgt": self._protos[1]}
+        """The models as uint8 tensors, for checkpoints: ``torch.load(weights_only=True)`` of torch 2.4
+        refuses ``bytes``."""
+        return {
+            key: None if p is None else torch.frombuffer(bytearray(p), dtype=torch.uint8)
+            for key, p in zip(("src", "tgt"), self._protos)
+        }
 
     @classmethod
     def from_state_dict(cls, state: dict) -> Tokenizer:
-        return cls(state["src"], state["tgt"])
+        """From :meth:`state_dict`, or the ``bytes`` that older checkpoints hold."""
+        src, tgt = (
+            p.numpy().tobytes() if isinstance(p, torch.Tensor) else p for p in (state["src"], state["tgt"])
+        )
+        return cls(src, tgt)
 
 
 def _encode(sp: spm.SentencePieceProcessor, texts: list[str]) -> list[list[int]]:
