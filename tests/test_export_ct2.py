@@ -279,7 +279,8 @@ def test_ct2_length_penalty_grows_like_gnmt_at_the_given_length():
 def test_unexportable_models_are_refused_before_loading(tmp_path, model_cfg):
     # Neither weights nor tokenizer are valid: the refusal must come first, from the config alone.
     path = tmp_path / "model.pt"
-    atomic_save(checkpoint(model_cfg, {"src": b"not a sentencepiece model", "tgt": None}), path)
+    junk = torch.tensor(list(b"not a sentencepiece model"), dtype=torch.uint8)
+    atomic_save(checkpoint(model_cfg, {"src": junk, "tgt": None}), path)
     with pytest.raises(NMTError, match="cannot be exported to CTranslate2") as e:
         export_checkpoint(ExportCT2Config(checkpoint=str(path), output=str(tmp_path / "out")))
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()

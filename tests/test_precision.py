@@ -149,8 +149,8 @@ def cpu_bf16(monkeypatch):
     """Pretend the CPU does (True) or does not (False) compute bf16 natively."""
 
     def set_native(native: bool) -> None:
-        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
-        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
 
     return set_native
@@ -165,8 +165,8 @@ def test_auto_picks_bf16_only_on_a_cpu_with_native_bf16(cpu_bf16, native, expect
 
 
 def test_amx_counts_as_native_bf16(monkeypatch):
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     assert resolve_precision("auto", torch.device("cpu"))[0] == "bf16"
 

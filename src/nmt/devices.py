@@ -33,8 +33,22 @@ def select_device(name: str) -> torch.device:
 def cpu_has_native_bf16() -> bool:
     """True where the CPU has bf16 instructions (AVX-512 BF16 or AMX tiles) and PyTorch uses its AVX-512
     kernels (not capped with ``ATEN_CPU_CAPABILITY=avx2``, which also emulates bf16)."""
-    has_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return has_bf16 and torch.backends.cpu.get_cpu_capability() == "AVX512"
+    return cpu_bf16_instructions() and torch.backends.cpu.get_cpu_capability() == "AVX512"
+
+
+def cpu_bf16_instructions() -> bool:
+    """AVX-512 BF16 or AMX tiles: torch's own probes (torch >= 2.5), else the flags of /proc/cpuinfo."""
+    probes = [
+        getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    ]
+    if all(probes):
+        return any(probe() for probe in probes)
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return bool({"avx512_bf16", "amx_tile"} & set(flags))
 
 
 def resolve_precision(name: str, device: torch.device) -> tuple[str, str]:
