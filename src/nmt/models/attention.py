@@ -130,10 +130,14 @@ class Attention(nn.Module):
     def _project(
         self, query: Tensor, key: Tensor, value: Tensor, keys_needed: bool
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """The query, key and value projections, with one matrix product for those that share an input
-        (self-attention: all three; cross-attention: keys and values), as nn.MultiheadAttention does."""
+        """The query, key and value projections. In training, one matrix product for those that share an
+        input (self-attention: all three; cross-attention: keys and values), as nn.MultiheadAttention
+        does; in inference separate ones, since stacking the weights at every decoding step would copy
+        them for a product over a few rows."""
         if not keys_needed:
             return self.q_proj(query), None, None
+        if not torch.is_grad_enabled():
+            return self.q_proj(query), self.k_proj(key), self.v_proj(value)
         if query is key and key is value:
             return fused_linear(query, (self.q_proj, self.k_proj, self.v_proj))
         if key is value:
