@@ -590,7 +590,7 @@ def check_model(cfg: ModelConfig) -> None:
             raise NMTError(f"model.{key}={getattr(cfg, key)}: must be one of {', '.join(ATTENTION_KINDS)}")
     if cfg.d_model % cfg.heads:
         raise NMTError(f"model.d_model={cfg.d_model} is not divisible by model.heads={cfg.heads}")
-    if cfg.heads % (cfg.kv_heads or cfg.heads):
+    if cfg.kv_heads < 0 or cfg.heads % (cfg.kv_heads or cfg.heads):
         raise NMTError(
             f"model.heads={cfg.heads} must be a multiple of model.kv_heads={cfg.kv_heads} "
             "(key/value heads; 0 = as many as model.heads)"

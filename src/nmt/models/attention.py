@@ -76,22 +76,10 @@ class Attention(nn.Module):
         rope_base: float | None = None,
     ):
         super().__init__()
-        if d_model % heads:
-            raise NMTError(f"model.d_model={d_model} is not divisible by model.heads={heads}")
-        kv_heads = kv_heads or heads
-        if kv_heads < 1 or heads % kv_heads:
-            raise NMTError(
-                f"model.heads={heads} must be a multiple of model.kv_heads={kv_heads} "
-                "(key/value heads; 0 = as many as model.heads)"
-            )
+        kv_heads = kv_heads or heads  # the shape rules: nmt.config.check_model
         self.heads, self.kv_heads, self.cross, self.dropout = heads, kv_heads, cross, dropout
         self.head_dim = d_model // heads
         self.score_dim = score_dim or self.head_dim  # per-head size of queries and keys
-        if rope_base is not None and (rope_base <= 0 or self.score_dim % 2):
-            raise NMTError(
-                f"model.positional=rope needs model.rope_base > 0 (got {rope_base}) and an even head "
-                f"dimension model.d_model / model.heads (got {self.score_dim})"
-            )
         self.rope_base = rope_base
         self.q_proj = nn.Linear(d_model, heads * self.score_dim)
         self.k_proj = nn.Linear(d_model, kv_heads * self.score_dim)
@@ -318,12 +306,6 @@ class AdditiveAttention(Attention):
     """
 
     def __init__(self, d_model: int, heads: int, dropout: float, cross: bool, chunk: int = 64, **kwargs):
-        if kwargs.get("rope_base") is not None:
-            raise NMTError(
-                "model.positional=rope rotates the queries and keys of dot-product self-attention; "
-                "additive scores v . tanh(W_q q + W_k k) do not become relative by a rotation: use "
-                "model.self_attention=dot_product or model.positional=sinusoidal/learned"
-            )
         super().__init__(d_model, heads, dropout, cross, **kwargs)
         if chunk < 1:
             raise NMTError(f"model.additive_chunk must be at least 1, got {chunk}")
@@ -344,9 +326,4 @@ ATTENTION = {"dot_product": DotProductAttention, "additive": AdditiveAttention}
 
 def build_attention(kind: str, d_model: int, heads: int, dropout: float, cross: bool, **kwargs) -> Attention:
     """The attention module of the named kind (config keys ``model.self_attention``/``cross_attention``)."""
-    if kind not in ATTENTION:
-        raise NMTError(
-            f"unknown attention kind {kind!r} (model.self_attention/cross_attention); "
-            f"choose one of {sorted(ATTENTION)}"
-        )
     return ATTENTION[kind](d_model, heads, dropout, cross, **kwargs)

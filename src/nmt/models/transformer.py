@@ -14,8 +14,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from nmt.config import TransformerConfig
-from nmt.errors import NMTError
+from nmt.config import TransformerConfig, check_model
 from nmt.models.attention import build_attention
 from nmt.models.base import Seq2Seq, State, log_softmax_fp32
 from nmt.special import PAD_ID
@@ -81,10 +80,7 @@ class Embedding(nn.Module):
             nn.init.normal_(self.positions.weight, std=cfg.d_model**-0.5)
         elif self.kind == "sinusoidal":
             self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
-        elif self.kind != "rope":  # rope: positions rotate queries and keys inside self-attention
-            raise NMTError(
-                f"model.positional must be 'sinusoidal', 'learned' or 'rope', got {cfg.positional!r}"
-            )
+        # rope: positions rotate queries and keys inside self-attention (kinds: nmt.config.check_model)
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
@@ -186,6 +182,7 @@ class Transformer(Seq2Seq):
 
     def __init__(self, cfg: TransformerConfig, src_vocab: int, tgt_vocab: int, joint_vocab: bool):
         super().__init__()
+        check_model(cfg)  # heads, kv_heads, positions and attention kinds that fit together
         self.cfg, self.vocab_sizes = cfg, {"src": src_vocab, "tgt": tgt_vocab}
         src_tokens = nn.Embedding(src_vocab, cfg.d_model, padding_idx=PAD_ID)
         tie = cfg.share_embeddings and joint_vocab
