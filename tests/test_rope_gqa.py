@@ -238,7 +238,7 @@ PRESETS = {
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_presets_change_only_their_model_keys(compose_train_cfg, preset):
-    base = to_container(compose_train_cfg("experiment=multi30k_cpu"))
+    base = to_container(compose_train_cfg("experiment=multi30k_small_cpu"))
     cfg = compose_train_cfg(f"experiment={preset}")
     variant = to_container(cfg)
     assert variant["model"] == {**base["model"], **PRESETS[preset]}
