@@ -6,9 +6,12 @@ through it evaluation) chooses a backend with one argument (``backend=torch|ct2`
 
 The searches are the same procedure: greedy, or beam search that keeps the 2k best extensions per
 step, finishes those among the first k that end in EOS, and is done with k finished hypotheses or at
-the length budget ``max_len_a * src_len + max_len_b`` (CTranslate2 has one ``max_decoding_length``
-per call, so sentences are grouped by budget). Both rank beams by plain log-probability and
-length-normalise only the finished hypotheses. What differs:
+the length budget ``max_len_a * src_len + max_len_b``. CTranslate2 has one ``max_decoding_length``
+per call: all sentences go in one call (CTranslate2 sorts and batches them itself) with the largest
+budget, and the few whose search came within one step of their own budget are searched again, grouped
+by budget, which gives what a call with their budget gives (a search that ended earlier never saw the
+budget). Both rank beams by plain log-probability and length-normalise only the finished hypotheses.
+What differs:
 
 - Length penalty. Ours is GNMT's, ``log P / ((5 + |y|) / 6) ** alpha``; CTranslate2's
   ``length_penalty`` divides by ``|y| ** length_penalty`` (|y| counts EOS in both). No value makes
@@ -112,22 +115,29 @@ class CT2Backend:
             )
         limit = self.max_positions - 1
         sources = [list(s[:limit]) for s in sources]
-        groups: dict[int, list[int]] = defaultdict(list)  # length budget -> sentences
-        for i, s in enumerate(sources):
-            groups[_budget(len(s) + 1, cfg, limit)].append(i)
+        budgets = [_budget(len(s) + 1, cfg, limit) for s in sources]
         results: list[list[Hypothesis]] = [[] for _ in sources]
+        redo: dict[int, list[int]] = defaultdict(list)  # length budget -> sentences to search again
         with tqdm(total=len(sources), disable=not progress, desc="decoding (ct2)", unit="sent") as bar:
-            for budget, idx in sorted(groups.items()):
-                hyps = self._translate([sources[i] for i in idx], cfg, budget)
-                for i, h in zip(idx, hyps):
-                    results[i] = h
+            if sources:
+                longest = max(budgets)
+                for i, hyps in enumerate(self._translate(sources, cfg, longest)):
+                    if budgets[i] < longest and max(len(h.tokens) for h in hyps) >= budgets[i] - 1:
+                        redo[budgets[i]].append(i)
+                    else:
+                        results[i] = hyps[: cfg.nbest]
+                bar.update(len(sources) - sum(map(len, redo.values())))
+            for budget, idx in sorted(redo.items()):
+                for i, h in zip(idx, self._translate([sources[i] for i in idx], cfg, budget)):
+                    results[i] = h[: cfg.nbest]
                 bar.update(len(idx))
         return results
 
     def _translate(
         self, sources: list[list[int]], cfg: DecodingConfig, budget: int
     ) -> list[list[Hypothesis]]:
-        # Sentences of one budget have (nearly) one source length; the likely output length is about it.
+        """All sources searched with one length budget; every finished hypothesis, best first."""
+        # The likely output length is about the source length.
         typical = round(sum(len(s) + 1 for s in sources) / len(sources))
         lp = ct2_length_penalty(cfg.alpha, typical)
         results = self.translator.translate_batch(
@@ -154,7 +164,7 @@ class CT2Backend:
         out = []
         for hyps in found:
             ranked = [hypothesis(list(ids), log_p, cfg) for ids, log_p in hyps.items()]
-            out.append(sorted(ranked, key=lambda h: -h.score)[: cfg.nbest])
+            out.append(sorted(ranked, key=lambda h: -h.score))
         return out
 
     def _log_probs(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -67,6 +68,27 @@ def test_beam_search_agrees_on_almost_every_sentence(setup):
     ours, theirs = decode_both(setup)  # the toy experiment's beam 5, alpha 0.6
     same = sum(a[0].tokens == b[0].tokens for a, b in zip(ours, theirs))
     assert same >= 0.99 * len(ours)
+
+
+def test_sentences_that_end_before_their_budget_take_one_call(setup, monkeypatch):
+    """CTranslate2 sorts and batches the whole input itself: one call with the largest length budget,
+    and a second search only for the sentences that came within a step of their own budget."""
+    translator, backend, sources = setup
+    calls: list[int] = []
+    ct2 = backend.translator
+
+    def translate_batch(batch, **kwargs):
+        calls.append(len(batch))
+        return ct2.translate_batch(batch, **kwargs)
+
+    monkeypatch.setattr(
+        backend, "translator", SimpleNamespace(translate_batch=translate_batch, score_batch=ct2.score_batch)
+    )
+    cfg = translator.cfg.decoding
+    ours = translate_ids(translator.model, sources, cfg, "cpu", translator.cfg.model.max_positions)
+    theirs = backend.translate_ids(sources, cfg)
+    assert calls[0] == len(sources) and sum(calls[1:]) <= 0.05 * len(sources)
+    assert sum(a[0].tokens == b[0].tokens for a, b in zip(ours, theirs)) >= 0.99 * len(ours)
 
 
 def test_translate_script_with_the_ct2_backend(toy, toy_run, exported, setup, tmp_path):
