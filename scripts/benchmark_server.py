@@ -10,12 +10,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.benchmark.hardware import hardware
+from nmt.benchmark.service_speed import benchmark_service, format_rows
 from nmt.cli import run_cli
 from nmt.config import register_configs
 from nmt.devices import select_device
 from nmt.evaluation import evaluation_text
 from nmt.serve import create_app
-from nmt.serve.benchmark import benchmark_service, format_rows
 from nmt.translator import Translator
 
 register_configs()

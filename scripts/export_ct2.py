@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import run_cli
 from nmt.config import register_configs
-from nmt.export_ct2 import export_checkpoint
+from nmt.ct2.export import export_checkpoint
 
 register_configs()
 

@@ -36,8 +36,8 @@ from nmt.tokenizer import Tokenizer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from nmt.ct2_backend import CT2Backend, ct2_length_penalty, load_backend  # noqa: E402
-from nmt.export_ct2 import check_exportable, export_checkpoint, export_model  # noqa: E402
+from nmt.ct2.backend import CT2Backend, ct2_length_penalty, load_backend  # noqa: E402
+from nmt.ct2.export import check_exportable, export_checkpoint, export_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = TransformerConfig(

@@ -21,7 +21,7 @@ from nmt.config import (
     checkpoint_paths,
     merge_decoding,
 )
-from nmt.ct2_backend import CT2Backend, load_backend
+from nmt.ct2.backend import CT2Backend, load_backend
 from nmt.decoding import Hypothesis, translate_ids
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq

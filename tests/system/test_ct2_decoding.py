@@ -19,7 +19,7 @@ from nmt.translator import Translator
 
 pytest.importorskip("ctranslate2")
 
-from nmt.ct2_backend import CT2Backend  # noqa: E402
+from nmt.ct2.backend import CT2Backend  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,8 @@
 """How fast training and decoding are, measured on real batches, next to a plain PyTorch reference.
 
 ``scripts/benchmark.py`` composes the pieces: :mod:`~nmt.benchmark.hardware` (machine, matmul
-ceiling, peak memory), :mod:`~nmt.benchmark.training` (the project's ``train_step`` against
-:mod:`~nmt.benchmark.reference`), :mod:`~nmt.benchmark.decoding` (and :mod:`~nmt.benchmark.ct2`), and
+ceiling, peak memory), :mod:`~nmt.benchmark.training_speed` (the project's ``train_step`` against
+:mod:`~nmt.benchmark.reference`), :mod:`~nmt.benchmark.decoding_speed` (and :mod:`~nmt.benchmark.ct2_speed`), and
 :mod:`~nmt.benchmark.report` (the table). What is measured and why: docs/speed.md.
 """
 
@@ -14,12 +14,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nmt.benchmark.ct2 import check_ct2_bench
-from nmt.benchmark.decoding import measure_decoding
+from nmt.benchmark.ct2_speed import check_ct2_bench
+from nmt.benchmark.decoding_speed import measure_decoding
 from nmt.benchmark.hardware import hardware, matmul_ceiling
 from nmt.benchmark.reference import ReferenceTransformer, transformer_flops
 from nmt.benchmark.report import format_report
-from nmt.benchmark.training import measure_training
+from nmt.benchmark.training_speed import measure_training
 from nmt.config import BenchConfig, TrainConfig, to_container
 from nmt.devices import resolve_precision
 from nmt.errors import NMTError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nmt.benchmark.ct2 import format_ct2
+from nmt.benchmark.ct2_speed import format_ct2
 
 
 def format_report(results: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from nmt.config import DecodingConfig, ServerLimits
 from nmt.decoding import Hypothesis
 from nmt.errors import NMTError
 from nmt.models import count_parameters
-from nmt.serve.batching import Batcher, Job, QueueFull
+from nmt.serve.batcher import Batcher, Job, QueueFull
 from nmt.serve.requests import BadRequest, parse_request
 from nmt.translator import Translator
 

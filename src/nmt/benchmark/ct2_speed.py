@@ -5,7 +5,7 @@ as the PyTorch measurement (greedy and beam search), with as many threads as tor
 Reported per setting: sentences/s, target tokens/s, the speed ratio over PyTorch's cached search and
 the share of sentences whose best translation equals PyTorch's. A randomly initialised model (no
 ``bench.checkpoint``) never emits EOS, so every hypothesis reaches the length budget, and the
-CTranslate2 backend then rescores all of them with EOS (see :mod:`nmt.ct2_backend`), which a trained
+CTranslate2 backend then rescores all of them with EOS (see :mod:`nmt.ct2.backend`), which a trained
 model hardly ever needs: benchmark a checkpoint for representative ratios.
 """
 
@@ -23,10 +23,10 @@ import torch
 
 from nmt.checkpoint import checkpoint_config, load_checkpoint
 from nmt.config import BenchConfig, DecodingConfig, TrainConfig
-from nmt.ct2_backend import CT2Backend
-from nmt.ct2_format import require_ctranslate2
+from nmt.ct2.backend import CT2Backend
+from nmt.ct2.export import check_exportable, check_quantization, export_model
+from nmt.ct2.format import require_ctranslate2
 from nmt.decoding import Hypothesis
-from nmt.export_ct2 import check_exportable, check_quantization, export_model
 from nmt.models import Transformer
 from nmt.tokenizer import Tokenizer
 

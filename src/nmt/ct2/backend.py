@@ -54,7 +54,7 @@ import torch
 from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
-from nmt.ct2_format import read_export_info, require_ctranslate2
+from nmt.ct2.format import read_export_info, require_ctranslate2
 from nmt.decoding import Hypothesis, hypothesis
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, PAD_ID

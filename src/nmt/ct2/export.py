@@ -15,7 +15,7 @@ model to compute exactly what ours computes:
   does) and decoding starts from BOS.
 
 The directory also holds the SentencePiece model(s) and ``nmt_export.json`` (the tokenizer's
-fingerprint, so :class:`nmt.ct2_backend.CT2Backend` can refuse a tokenizer that does not match).
+fingerprint, so :class:`nmt.ct2.backend.CT2Backend` can refuse a tokenizer that does not match).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch import nn
 
 from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint
 from nmt.config import ExportCT2Config, ModelConfig, TransformerConfig
-from nmt.ct2_format import require_ctranslate2, write_export_info
+from nmt.ct2.format import require_ctranslate2, write_export_info
 from nmt.errors import NMTError
 from nmt.models.attention import Attention, DotProductAttention
 from nmt.models.transformer import DecoderLayer, EncoderLayer, Residual, Transformer

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from nmt.benchmark.ct2 import measure_ct2
+from nmt.benchmark.ct2_speed import measure_ct2
 from nmt.benchmark.hardware import synchronize
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.config import BenchConfig, TransformerConfig
