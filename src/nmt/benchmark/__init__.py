@@ -2,8 +2,9 @@
 
 ``scripts/benchmark.py`` composes the pieces: :mod:`~nmt.benchmark.hardware` (machine, matmul
 ceiling, peak memory), :mod:`~nmt.benchmark.training_speed` (the project's ``train_step`` against
-:mod:`~nmt.benchmark.reference`), :mod:`~nmt.benchmark.decoding_speed` (and :mod:`~nmt.benchmark.ct2_speed`), and
-:mod:`~nmt.benchmark.report` (the table). What is measured and why: docs/speed.md.
+:mod:`~nmt.benchmark.reference`), :mod:`~nmt.benchmark.decoding_speed` (and
+:mod:`~nmt.benchmark.ct2_speed`), and :mod:`~nmt.benchmark.report` (the table). What is measured and
+why: docs/speed.md.
 """
 
 from __future__ import annotations
