@@ -26,6 +26,7 @@ from nmt.decoding import (
 )
 from nmt.models import Seq2Seq, Transformer
 from nmt.models import attention as attention_module
+from nmt.models.base import select_sentences
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 24
@@ -310,24 +311,75 @@ def test_greedy_search_and_uncached_beam_search_return_exactly_what_the_referenc
 
 
 def test_beam_search_keeps_one_copy_of_the_cross_attention_keys_per_sentence(model, src):
-    """After the first step, the per-sentence part of the state is not repeated per beam, and it is
-    only selected when sentences leave."""
+    """Once the search regroups the per-sentence part, it is not repeated per beam: reorder moves the
+    beams and leaves it alone, and it is only selected when sentences leave."""
     k, batch = 4, src.size(0)
     rows = torch.arange(batch).repeat_interleave(k)
     _, state = model.step(
         torch.full((batch * k,), BOS_ID), model.init_state(model.reorder(model.encode(src), rows))
     )
-    state = model.reorder(state, torch.arange(batch * k), sentences=torch.arange(batch) * k)
-    assert state["beams"] == k
+    assert state["sentence"].beams == 1 and state["sentence"]["cross"][0]["k"].size(0) == batch * k
+    state = select_sentences(state, torch.arange(batch) * k, beams=k)
+    assert state["sentence"].beams == k
     _, state = model.step(torch.full((batch * k,), 5), state)
     cross = state["sentence"]["cross"][0]["k"]
     assert cross.size(0) == batch and state["self"][0]["k"].size(0) == batch * k
     reordered = model.reorder(state, torch.arange(batch * k).flip(0))
     assert reordered["sentence"]["cross"][0]["k"] is cross  # beams moved: the sentences did not
     rows = torch.tensor([4, 5, 6, 7, 0, 1, 2, 3])  # sentences 1 and 0 stay, in that order
-    left = model.reorder(state, rows, sentences=torch.tensor([1, 0]))
-    assert left["beams"] == k and torch.equal(left["sentence"]["cross"][0]["k"], cross[[1, 0]])
+    left = model.reorder(select_sentences(state, torch.tensor([1, 0]), beams=k), rows)
+    assert left["sentence"].beams == k and torch.equal(left["sentence"]["cross"][0]["k"], cross[[1, 0]])
     assert torch.equal(left["self"][0]["k"], state["self"][0]["k"][rows])
+
+
+def test_the_model_infers_the_beams_per_sentence_from_the_rows(model, src):
+    """Shared keys and values (one row per sentence, k beams each) give each beam exactly what its own
+    copy of them gives: the attention needs no beam count, only the row counts."""
+    k, batch = 3, src.size(0)
+    tokens = torch.randint(4, VOCAB, (batch * k, 4), generator=torch.Generator().manual_seed(3))
+    copied = model.init_state(model.reorder(model.encode(src), torch.arange(batch).repeat_interleave(k)))
+    shared = model.init_state(model.encode(src))
+    _, shared = model.step(torch.full((batch,), BOS_ID), shared)
+    shared = model.reorder(
+        select_sentences(shared, torch.arange(batch), beams=k), torch.arange(batch).repeat_interleave(k)
+    )
+    _, copied = model.step(torch.full((batch * k,), BOS_ID), copied)
+    for t in range(tokens.size(1)):
+        expected, copied = model.step(tokens[:, t], copied)
+        got, shared = model.step(tokens[:, t], shared)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    assert shared["sentence"]["cross"][0]["k"].size(0) == batch
+
+
+class SharedRows(Seq2Seq):
+    """Records, at every step, the hypothesis rows and the rows of the cross-attention keys."""
+
+    def __init__(self, inner: Seq2Seq):
+        super().__init__()
+        self.inner, self.vocab_sizes, self.rows = inner, inner.vocab_sizes, []
+
+    def encode(self, src):
+        return self.inner.encode(src)
+
+    def init_state(self, encoded, cache=True):
+        return self.inner.init_state(encoded, cache)
+
+    def step(self, tokens, state):
+        log_probs, state = self.inner.step(tokens, state)
+        self.rows.append((tokens.size(0), state["sentence"]["cross"][0]["k"].size(0)))
+        return log_probs, state
+
+    def reorder(self, state, beam_indices):
+        return self.inner.reorder(state, beam_indices)
+
+
+def test_beam_search_computes_the_cross_attention_keys_once_per_sentence(model, src):
+    """From the second step on, k hypothesis rows per row of keys, while sentences leave."""
+    k, recorder = 4, SharedRows(model)
+    beam_search(recorder, src, DecodingConfig(beam_size=k, nbest=k), LIMIT)
+    assert recorder.rows[0] == (src.size(0) * k,) * 2  # the first step: a row per beam
+    assert all(hyps == k * sentences for hyps, sentences in recorder.rows[1:])
+    assert recorder.rows[-1][1] < src.size(0)  # sentences left
 
 
 @pytest.mark.parametrize("kv_heads", [0, 1])
@@ -469,8 +521,8 @@ class Wrapped(Seq2Seq):
         log_probs, state = self.inner.step(tokens, state)
         return torch.log_softmax(self.adjust(log_probs), dim=-1), state
 
-    def reorder(self, state, indices, sentences=None):
-        return self.inner.reorder(state, indices, sentences)
+    def reorder(self, state, beam_indices):
+        return self.inner.reorder(state, beam_indices)
 
 
 class AlwaysLonger(Wrapped):

@@ -3,7 +3,7 @@
 Every variant is called as::
 
     out, weights = attn(query, key, value, key_padding_mask=None, causal=False, cache=None,
-                        need_weights=False, beams=1)
+                        need_weights=False)
 
 with ``query`` (batch, tgt_len, d_model), ``key``/``value`` (batch, src_len, d_model),
 ``key_padding_mask`` (batch, src_len) True at padding, ``causal`` masking future keys, and ``weights``
@@ -19,9 +19,10 @@ The cache is a plain dict owned by the caller, one per layer and role:
 With grouped-query attention (``kv_heads`` < ``heads``) the cache holds only the ``kv_heads`` key/value
 heads; they are shared by their query heads at attention time, never stored expanded.
 
-``beams`` > 1 is beam search's cross-attention: ``query`` then holds ``beams`` consecutive rows (one
-sentence's hypotheses) per row of ``key``/``value``, whose keys and values they all share, computed
-once per sentence (:meth:`Attention.attend_beams`).
+In cross-attention ``query`` may hold several consecutive rows per row of ``key``/``value`` (or of the
+cached keys and values): beam search's hypotheses of one sentence, which all share its keys and
+values, computed once per sentence (:meth:`Attention.attend_shared`). The row counts say so; the
+module knows nothing else about the search.
 """
 
 from __future__ import annotations
@@ -96,7 +97,6 @@ class Attention(nn.Module):
         causal: bool = False,
         cache: dict | None = None,
         need_weights: bool = False,
-        beams: int = 1,
     ) -> tuple[Tensor, Tensor | None]:
         cached_cross = cache is not None and self.cross and "k" in cache
         q, k, v = self._project(query, key, value, keys_needed=not cached_cross)
@@ -108,8 +108,9 @@ class Attention(nn.Module):
         k, v = self._keys_values(k, v, cache, offset)
         # With a self-attention cache the single new query may see every cached key: no causal mask.
         causal = causal and not (cache is not None and query.size(1) == 1)
-        if beams > 1:
-            out, weights = self.attend_beams(q, k, v, key_padding_mask, need_weights, beams)
+        if q.size(0) != k.size(0):  # cross-attention, several query rows per key/value row
+            share = q.size(0) // k.size(0)
+            out, weights = self.attend_shared(q, k, v, key_padding_mask, need_weights, share)
         else:
             out, weights = self.attend(q, k, v, key_padding_mask, causal, need_weights)
         batch, _, tgt_len, _ = out.shape
@@ -171,18 +172,18 @@ class Attention(nn.Module):
         """Combine values (batch, heads, src_len, head_dim) by query-key scores; returns (out, weights)."""
         raise NotImplementedError
 
-    def attend_beams(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, need_weights: bool, beams: int
+    def attend_shared(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, need_weights: bool, share: int
     ) -> tuple[Tensor, Tensor | None]:
-        """:meth:`attend` for ``beams`` query rows per key/value row (not causal: cross-attention).
+        """:meth:`attend` for ``share`` consecutive query rows per key/value row (cross-attention).
 
         Each hypothesis gets its own copy of the keys and values, so that it computes exactly what it
         would compute alone (folding the beams into more query positions changes the order of the
         float operations). A variant with a kernel that shares them, bit for bit, overrides this.
         """
         if key_padding_mask is not None:
-            key_padding_mask = key_padding_mask.repeat_interleave(beams, dim=0)
-        k, v = k.repeat_interleave(beams, dim=0), v.repeat_interleave(beams, dim=0)
+            key_padding_mask = key_padding_mask.repeat_interleave(share, dim=0)
+        k, v = k.repeat_interleave(share, dim=0), v.repeat_interleave(share, dim=0)
         return self.attend(q, k, v, key_padding_mask, False, need_weights)
 
 
@@ -238,24 +239,24 @@ class DotProductAttention(Attention):
         out, weights = softmax_combine(scores, v, mask, dropout)
         return out, weights if need_weights else None
 
-    def attend_beams(self, q, k, v, key_padding_mask, need_weights, beams):
-        """On CPU in fp32, the fused kernel takes the beams as query heads that share a key/value head
-        (grouped-query attention), padding mask included: each hypothesis and head computes exactly
-        what it computed with its own copy of the keys and values, without the copy. On CUDA, grouped
-        queries with a mask (decoding has one) may send SDPA to its math kernel, which copies them
-        anyway and is not the kernel the copies used: there, as on the explicit path and on torch < 2.5
-        (no ``enable_gqa``), the copy stays."""
+    def attend_shared(self, q, k, v, key_padding_mask, need_weights, share):
+        """On CPU in fp32, the fused kernel takes the rows that share keys (beams) as query heads that
+        share a key/value head (grouped-query attention), padding mask included: each hypothesis and
+        head computes exactly what it computed with its own copy of the keys and values, without the
+        copy. On CUDA, grouped queries with a mask (decoding has one) may send SDPA to its math
+        kernel, which copies them anyway and is not the kernel the copies used: there, as on the
+        explicit path and on torch < 2.5 (no ``enable_gqa``), the copy stays."""
         if need_weights or q.device.type != "cpu" or q.dtype != torch.float32 or not SDPA_GQA:
-            return super().attend_beams(q, k, v, key_padding_mask, need_weights, beams)
+            return super().attend_shared(q, k, v, key_padding_mask, need_weights, share)
         heads = q.size(1)
-        # (batch, heads * beams, tgt, dim), head-major: query head h * beams + j reads key/value head h.
-        grouped = q.unflatten(0, (-1, beams)).transpose(1, 2).flatten(1, 2)
+        # (batch, heads * share, tgt, dim), head-major: query head h * share + j reads key/value head h.
+        grouped = q.unflatten(0, (-1, share)).transpose(1, 2).flatten(1, 2)
         mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
         dropout = self.dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(
             grouped, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=True
         )
-        return out.unflatten(1, (heads, beams)).transpose(1, 2).flatten(0, 1), None
+        return out.unflatten(1, (heads, share)).transpose(1, 2).flatten(0, 1), None
 
 
 def softmax_combine(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:

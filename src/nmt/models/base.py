@@ -2,12 +2,15 @@
 
 Training calls ``model(src, tgt_in, keep)``. Greedy and beam search use only ``encode``,
 ``init_state``, ``step`` and ``reorder``, so a Transformer (key/value cache in the state) and
-RNNsearch (hidden state in the state) share one search implementation. The decoding state is a dict
-of nests of dicts/lists of tensors whose first dimension is the hypothesis: the sentence in greedy
-search, sentence * beams + beam in beam search. Beam search reorders hypotheses every step, but the
-beams of a sentence share what depends on the source alone (the encoder output, cross-attention
-keys/values): a model may keep that once per sentence, under ``state["sentence"]``, with the number
-of hypotheses per sentence under ``state["beams"]``; that part is only selected when sentences leave.
+RNNsearch (hidden state in the state) share one search implementation; scoring given translations
+uses ``teacher_forced_log_probs``.
+
+The decoding state is a nest of dicts/lists of tensors whose first dimension is the hypothesis.
+What the hypotheses of one sentence share because it depends on the source alone (the encoder
+output, the cross-attention keys/values) a model may put into a :class:`PerSentence` part of its
+state, so that beam search keeps it once per sentence instead of once per beam. The model only says
+which part that is; the search owns the layout (how many hypotheses each row serves, which
+sentences stay: :func:`select_sentences`), and ``reorder(state, beam_indices)`` moves hypotheses.
 """
 
 from __future__ import annotations
@@ -22,6 +25,25 @@ from nmt.special import PAD_ID
 State = dict[str, Any]
 
 
+class PerSentence(dict):
+    """The part of a decoding state that holds one row per sentence, shared by ``beams`` consecutive
+    hypothesis rows of the rest of the state.
+
+    A model creates it with ``beams=1`` (a row per hypothesis): it then moves with the hypotheses like
+    everything else, which is all that greedy search needs. Beam search regroups it with
+    :func:`select_sentences`; from then on ``reorder`` leaves it alone (beams move within their
+    sentences) and the model sees more query rows than rows here (``beams`` per row).
+    """
+
+    def __init__(self, parts: dict[str, Any], beams: int = 1):
+        super().__init__(parts)
+        self.beams = beams
+
+    def with_parts(self, **parts: Any) -> PerSentence:
+        """A copy with some parts replaced (the same layout)."""
+        return PerSentence({**self, **parts}, self.beams)
+
+
 class Seq2Seq(nn.Module):
     """Base class of the encoder-decoder models."""
 
@@ -30,6 +52,11 @@ class Seq2Seq(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
         """Teacher-forced logits (batch, tgt_len, vocab); only at positions ``keep`` (N, vocab) when given."""
         raise NotImplementedError
+
+    def teacher_forced_log_probs(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
+        """fp32 log-probabilities of the next target token under teacher forcing, shaped as ``forward``'s
+        logits: what ``step`` gives along ``tgt_in``, in one pass (scoring given translations)."""
+        return log_softmax_fp32(self(src, tgt_in, keep))
 
     def encode(self, src: Tensor) -> State:
         """Encode (batch, src_len) ids; the result holds whatever ``init_state`` needs."""
@@ -43,25 +70,14 @@ class Seq2Seq(nn.Module):
         """Feed the last target token (batch,) and return log-probabilities (batch, vocab) in fp32."""
         raise NotImplementedError
 
-    def reorder(self, state: State, indices: Tensor, sentences: Tensor | None = None) -> State:
-        """Select/reorder the hypothesis rows of the state (beam search, finished sentences leaving).
+    def reorder(self, state: State, beam_indices: Tensor) -> State:
+        """The state of the hypotheses ``beam_indices`` (rows of the current state, in their new order):
+        beam search's new beams, or the sentences that stay when others finish.
 
-        The per-sentence part follows ``sentences`` when given (for each sentence that stays, in
-        order, the row to keep), and the state then has ``len(indices) // len(sentences)`` hypotheses
-        per sentence: beam search starts as k identical hypotheses per sentence, one row each, and
-        its first reorder keeps one row per sentence. Without ``sentences``, the per-sentence part
-        follows ``indices`` when there is one hypothesis per sentence (rows are then sentences) and
-        stays whole when there are several (beams move within their sentences).
+        A :class:`PerSentence` part follows only while it has one hypothesis per row; once the search
+        has made it serve several, the beams move within their sentences and it stays as it is.
         """
-        if sentences is None and state.get("beams", 1) == 1:
-            sentences = indices
-        out = {key: reorder_state(value, indices) for key, value in state.items() if key != "sentence"}
-        if "sentence" in state:
-            shared = state["sentence"]
-            out["sentence"] = shared if sentences is None else reorder_state(shared, sentences)
-        if "beams" in state and sentences is not None:
-            out["beams"] = indices.numel() // max(sentences.numel(), 1)
-        return out
+        return reorder_state(state, beam_indices)
 
     def cross_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Cross-attention weights (layers, batch, heads, tgt_len, src_len) under teacher forcing."""
@@ -74,13 +90,28 @@ class Seq2Seq(nn.Module):
 
 
 def reorder_state(state: Any, indices: Tensor) -> Any:
-    """Index the first dimension of every tensor in a nest of dicts/lists; other values pass through."""
+    """Index the first dimension of every tensor in a nest of dicts/lists; other values pass through,
+    and so does a :class:`PerSentence` part that serves several hypotheses per row."""
     if isinstance(state, Tensor):
         return state.index_select(0, indices) if state.dim() > 0 else state
+    if isinstance(state, PerSentence):
+        return state if state.beams > 1 else PerSentence(reorder_state(dict(state), indices))
     if isinstance(state, dict):
         return {key: reorder_state(value, indices) for key, value in state.items()}
     if isinstance(state, list):
         return [reorder_state(value, indices) for value in state]
+    return state
+
+
+def select_sentences(state: Any, sentences: Tensor, beams: int) -> Any:
+    """Keep the rows ``sentences`` (in that order) of every :class:`PerSentence` part in a nest, each to
+    serve ``beams`` hypotheses from now on; the hypothesis rows are left to ``reorder``."""
+    if isinstance(state, PerSentence):
+        return PerSentence(reorder_state(dict(state), sentences), beams)
+    if isinstance(state, dict):
+        return {key: select_sentences(value, sentences, beams) for key, value in state.items()}
+    if isinstance(state, list):
+        return [select_sentences(value, sentences, beams) for value in state]
     return state
 
 

@@ -16,6 +16,13 @@ from nmt.errors import NMTError
 from nmt.models.base import Seq2Seq, State
 
 
+def mean_of_probabilities(log_probs: list[Tensor]) -> Tensor:
+    """log(1/n sum_i p_i) of n models' log-probabilities; one model's exactly as they are."""
+    if len(log_probs) == 1:
+        return log_probs[0]
+    return torch.stack(log_probs).logsumexp(dim=0) - math.log(len(log_probs))
+
+
 class Ensemble(Seq2Seq):
     def __init__(self, models: list[Seq2Seq]):
         super().__init__()
@@ -27,6 +34,9 @@ class Ensemble(Seq2Seq):
     def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
         raise NMTError("an ensemble decodes; train its models one by one")
 
+    def teacher_forced_log_probs(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
+        return mean_of_probabilities([m.teacher_forced_log_probs(src, tgt_in, keep) for m in self.models])
+
     def encode(self, src: Tensor) -> State:
         return {"members": [m.encode(src) for m in self.models]}
 
@@ -35,15 +45,11 @@ class Ensemble(Seq2Seq):
 
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
         steps = [m.step(tokens, s) for m, s in zip(self.models, state["members"])]
-        members = [s for _, s in steps]
-        if len(steps) == 1:  # exactly the model's own numbers
-            return steps[0][0], {"members": members}
-        log_probs = torch.stack([lp for lp, _ in steps]).logsumexp(dim=0) - math.log(len(steps))
-        return log_probs, {"members": members}
+        return mean_of_probabilities([lp for lp, _ in steps]), {"members": [s for _, s in steps]}
 
-    def reorder(self, state: State, indices: Tensor, sentences: Tensor | None = None) -> State:
+    def reorder(self, state: State, beam_indices: Tensor) -> State:
         members = zip(self.models, state["members"])
-        return {"members": [m.reorder(s, indices, sentences) for m, s in members]}
+        return {"members": [m.reorder(s, beam_indices) for m, s in members]}
 
     def cross_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """The first model's: the models' layers and heads need not correspond."""

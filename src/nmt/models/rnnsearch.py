@@ -10,8 +10,8 @@ GroundHog/dl4mt; its appendix writes s_{i-1}.
 
 For search, the decoding state is the recurrent state plus the precomputed keys U_a h_j: there is
 no other cache, so ``init_state(cache=False)`` decodes the same way. In beam search every hypothesis
-keeps its own copy of its sentence's keys and annotations (the state has no per-sentence part, see
-:class:`~nmt.models.base.Seq2Seq`).
+keeps its own copy of its sentence's keys and annotations (the state has no
+:class:`~nmt.models.base.PerSentence` part).
 """
 
 from __future__ import annotations

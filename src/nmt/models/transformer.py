@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from nmt.config import TransformerConfig, check_model
 from nmt.models.attention import build_attention
-from nmt.models.base import Seq2Seq, State, log_softmax_fp32
+from nmt.models.base import PerSentence, Seq2Seq, State, log_softmax_fp32
 from nmt.special import PAD_ID
 
 
@@ -151,9 +151,8 @@ class DecoderLayer(nn.Module):
         memory_pad: Tensor | None,
         cache: dict | None = None,
         weights: list | None = None,
-        beams: int = 1,
     ) -> Tensor:
-        """``beams`` rows of ``x`` (hypotheses) per row of ``memory`` (sentence) in beam search."""
+        """In beam search ``x`` may have several rows (a sentence's hypotheses) per row of ``memory``."""
         # Targets are right-padded, so causal masking alone keeps real positions off the padding.
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
@@ -167,7 +166,6 @@ class DecoderLayer(nn.Module):
                 key_padding_mask=memory_pad,
                 cache=cross_cache,
                 need_weights=weights is not None,
-                beams=beams,
             )
             if weights is not None:
                 weights.append(w)
@@ -230,11 +228,10 @@ class Transformer(Seq2Seq):
         caches: list | None = None,
         offset: int = 0,
         weights: list | None = None,
-        beams: int = 1,
     ) -> Tensor:
         x = self.tgt_embed(tgt_in, offset)
         for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, memory_pad, caches[i] if caches is not None else None, weights, beams)
+            x = layer(x, memory, memory_pad, caches[i] if caches is not None else None, weights)
         return self.dec_norm(x)
 
     # ------------------------------------------------------------------------------------- search
@@ -243,17 +240,16 @@ class Transformer(Seq2Seq):
         return {"memory": memory, "memory_pad": pad if pad is not None else self.padding_mask(src)}
 
     def init_state(self, encoded: State, cache: bool = True) -> State:
-        """With the cache: per sentence (``state["sentence"]``), the encoder output and, from the first
-        step on, the cross-attention keys/values in place of it; per hypothesis, the target prefix
-        and the self-attention keys/values. Without it, every hypothesis keeps its own memory: each
-        step recomputes the cross-attention keys/values from it, over the rows it always had (a
-        matrix product over fewer rows may round differently)."""
+        """With the cache: per sentence (``state["sentence"]``, a :class:`PerSentence` part), the encoder
+        output and, from the first step on, the cross-attention keys/values in place of it; per
+        hypothesis, the target prefix and the self-attention keys/values. Without it, every hypothesis
+        keeps its own memory: each step recomputes the cross-attention keys/values from it, over the
+        rows it always had (a matrix product over fewer rows may round differently)."""
         prefix = encoded["memory"].new_zeros(encoded["memory"].size(0), 0, dtype=torch.long)
         if not cache:
             return {**encoded, "prefix": prefix}
         return {
-            "beams": 1,
-            "sentence": {**encoded, "cross": [{} for _ in self.decoder]},
+            "sentence": PerSentence({**encoded, "cross": [{} for _ in self.decoder]}),
             "prefix": prefix,
             "self": [{} for _ in self.decoder],
         }
@@ -270,9 +266,8 @@ class Transformer(Seq2Seq):
             sentence["memory_pad"],
             [{"self": own, "cross": shared} for own, shared in zip(state["self"], sentence["cross"])],
             offset=prefix.size(1) - 1,
-            beams=state["beams"],
         )
-        sentence = {**sentence, "memory": None}  # now inside the cross-attention caches
+        sentence = sentence.with_parts(memory=None)  # now inside the cross-attention caches
         return log_softmax_fp32(self.output(x[:, -1])), {**state, "prefix": prefix, "sentence": sentence}
 
     def cross_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:

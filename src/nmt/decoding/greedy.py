@@ -1,0 +1,51 @@
+"""Greedy search: the most probable next token at every step, one hypothesis per sentence.
+
+Sentences advance together one token per step; a sentence leaves the batch (and the model's state,
+``reorder``) as soon as it ends, and the search stops when every sentence has. Tokens and
+log-probabilities stay in tensors until the end; the host learns once per step whether a sentence
+ended.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch import Tensor
+
+from nmt.config import DecodingConfig
+from nmt.decoding.common import Hypothesis, constrain, hypothesis, max_lengths
+from nmt.models.base import Seq2Seq
+from nmt.special import BOS_ID, EOS_ID
+
+
+@torch.inference_mode()
+def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) -> list[Hypothesis]:
+    """Most probable next token at every step (under the search's rules); one hypothesis per sentence."""
+    batch, device = src.size(0), src.device
+    budgets = max_lengths(src, cfg.max_len_a, cfg.max_len_b, limit)
+    budget = torch.tensor(budgets, device=device)
+    next_budget = min(budgets)  # the first step at which a live sentence must end
+    state = model.init_state(model.encode(src), cache=cfg.cache)
+    alive = torch.arange(batch, device=device)
+    tokens = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
+    out = torch.zeros(batch, max(budgets) + 1, dtype=torch.long, device=device)  # EOS included
+    length = torch.zeros(batch, dtype=torch.long, device=device)
+    log_prob = torch.zeros(batch, dtype=torch.float64, device=device)  # summed as Python floats would be
+    for step in itertools.count():
+        log_probs, state = model.step(tokens, state)
+        history = out[alive, :step] if cfg.no_repeat_ngram else None
+        must_end = budget[alive] <= step if step >= next_budget else None
+        best, tokens = constrain(log_probs, cfg, history, must_end).max(dim=-1)
+        out[alive, step] = tokens
+        log_prob[alive] += best.double()
+        running = tokens.ne(EOS_ID)
+        if not bool(running.all()):
+            length[alive[~running]] = step
+            keep = running.nonzero().squeeze(1)
+            if not keep.numel():
+                break
+            alive, tokens, state = alive[keep], tokens[keep], model.reorder(state, keep)
+            next_budget = int(budget[alive].min())
+    out_list, length_list = out.tolist(), length.tolist()
+    return [hypothesis(t[:n], lp, cfg) for t, n, lp in zip(out_list, length_list, log_prob.tolist())]
