@@ -12,7 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.cli import run_cli
 from nmt.config import register_configs
 from nmt.devices import select_device
-from nmt.plotting import PNG_DPI
+from nmt.errors import NMTError
+from nmt.plotting import PNG_DPI, attention_figure
 from nmt.translator import Translator
 
 register_configs()
@@ -23,9 +24,15 @@ register_configs()
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     translator = Translator.from_checkpoint(cfg.checkpoint, select_device(cfg.device))
-    fig, translation = translator.plot_attention(
-        cfg.text, translator.decoding_with(cfg.decoding), cfg.layer, cfg.heads
+    source = translator.encode([cfg.text])[0]
+    if not source:
+        raise NMTError("text is empty: nothing to translate")
+    best = translator.search([source], translator.decoding_with(cfg.decoding))[0][0]
+    panels = translator.attention(source, best.tokens).panels(cfg.layer, cfg.heads)
+    fig = attention_figure(
+        panels.weights, panels.source_tokens, panels.target_tokens, titles=panels.titles, title=panels.title
     )
+    translation = translator.texts([best])[0]
     output = Path(cfg.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=PNG_DPI)

@@ -1,6 +1,8 @@
 """Config composition: typos and wrong types fail at composition time, naming the key."""
 
-from dataclasses import fields
+import re
+import typing
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import pytest
@@ -8,10 +10,15 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from nmt.config import (
+    DECODING_RULES,
+    NON_NEGATIVE,
     DecodingConfig,
     DecodingOverrides,
+    check_decoding,
     check_train_config,
     merge_decoding,
+    option,
+    overrides_of,
 )
 from nmt.errors import NMTError
 from nmt.training.setup import set_up
@@ -57,6 +64,7 @@ def test_toy_experiment_selects_toy_data_and_a_small_vocabulary(compose_cfg):
         ("decoding.beam_size=0", "decoding.beam_size=0: must be > 0"),
         ("decoding.nbest=6", "decoding.nbest=6 exceeds decoding.beam_size=5"),
         ("decoding.no_repeat_ngram=-1", "decoding.no_repeat_ngram=-1: must be >= 0"),
+        ("decoding.max_len_a=-0.5", "decoding.max_len_a=-0.5: must be >= 0"),
         ("final.alphas=[0.6,-1.0]", "final.alphas=[0.6, -1.0]: must all be >= 0"),
         ("optim.label_smoothing=1.0", "optim.label_smoothing=1.0: must be in [0, 1)"),
         ("model.dropout=-0.1", "model.dropout=-0.1: must be in [0, 1)"),
@@ -108,6 +116,31 @@ def test_decoding_overrides_mirror_the_decoding_config():
     """evaluate/translate/plot_attention can override every decoding setting, and only those."""
     assert [f.name for f in fields(DecodingOverrides)] == [f.name for f in fields(DecodingConfig)]
     assert all(getattr(DecodingOverrides(), f.name) is None for f in fields(DecodingOverrides))
+
+
+def test_decoding_overrides_are_the_decoding_options_made_optional():
+    options, overrides = typing.get_type_hints(DecodingConfig), typing.get_type_hints(DecodingOverrides)
+    assert overrides == {name: kind | None for name, kind in options.items()}
+
+
+def test_a_new_decoding_option_is_one_field_with_its_rule():
+    """Declared once, an option is overridable with the scripts' ``decoding.*`` and checked by its rule."""
+
+    @dataclass
+    class WithTopK(DecodingConfig):
+        top_k: int = option(0, NON_NEGATIVE)
+
+    assert typing.get_type_hints(overrides_of(WithTopK, "O", ""))["top_k"] == int | None
+    rules = {f.name: f.metadata["rule"] for f in fields(WithTopK) if f.metadata["rule"]}
+    assert rules == {**DECODING_RULES, "top_k": NON_NEGATIVE}
+
+
+@pytest.mark.parametrize("name", sorted(DECODING_RULES))
+def test_every_decoding_rule_refuses_a_value_naming_the_key(name):
+    ok, what = DECODING_RULES[name]
+    bad = next(v for v in (-1, 0) if not ok(v))
+    with pytest.raises(NMTError, match=rf"^decoding\.{name}={bad}: {re.escape(what)}$"):
+        check_decoding(replace(DecodingConfig(), **{name: bad}))
 
 
 def test_only_the_given_decoding_overrides_replace_the_checkpoints_settings():

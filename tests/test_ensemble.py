@@ -5,20 +5,15 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from pathlib import Path
 
 import pytest
 import torch
 from tiny_models import tiny_rnnsearch, tiny_transformer
 
-from nmt.checkpoint import atomic_save, make_checkpoint
-from nmt.config import DecodingConfig, TokenizerConfig, ToyDataConfig, TrainConfig, to_container
+from nmt.config import DecodingConfig
 from nmt.decoding import beam_search, greedy_search, pad_batch
-from nmt.errors import NMTError
 from nmt.models.ensemble import Ensemble
 from nmt.special import BOS_ID, EOS_ID
-from nmt.tokenizer import train_tokenizer
-from nmt.translator import Translator
 
 VOCAB, LIMIT = 24, 31
 
@@ -90,41 +85,3 @@ def test_mixed_architectures_search_together_and_beam_one_is_greedy(src):
         len(hs) == 3 and [h.score for h in hs] == sorted((h.score for h in hs), reverse=True) for hs in nbest
     )
     assert all(math.isfinite(h.log_prob) for hs in nbest for h in hs)
-
-
-# ------------------------------------------------------------------------------- from checkpoints
-EN = [
-    f"the {a} sees {b} near the house"
-    for a, b in itertools.product(("cat", "dog", "bird"), ("it", "us", "me"))
-]
-DE = [
-    f"die {a} sieht {b} am Haus"
-    for a, b in itertools.product(("Katze", "Hund", "Vogel"), ("es", "uns", "mich"))
-]
-
-
-def write_checkpoint(path: Path, texts: Path, model_type: str, seed: int) -> Path:
-    (texts / "train.en").write_text("\n".join(EN) + "\n", encoding="utf-8")
-    (texts / "train.de").write_text("\n".join(DE) + "\n", encoding="utf-8")
-    tokenizer = train_tokenizer(
-        TokenizerConfig(vocab_size=30, model_type=model_type), texts / "train.en", texts / "train.de", texts
-    )
-    model = tiny_transformer(tokenizer.src_vocab_size, seed=seed)
-    config = to_container(TrainConfig(data=ToyDataConfig(), model=model.cfg))
-    atomic_save(
-        make_checkpoint(model.state_dict(), config, tokenizer.state_dict(), model.vocab_sizes, {}), path
-    )
-    return path
-
-
-def test_checkpoints_with_different_vocabularies_are_refused(tmp_path):
-    first = write_checkpoint(tmp_path / "a.pt", tmp_path, "bpe", seed=1)
-    same = write_checkpoint(tmp_path / "b.pt", tmp_path, "bpe", seed=2)
-    other = write_checkpoint(tmp_path / "c.pt", tmp_path, "unigram", seed=3)
-    translator = Translator.from_checkpoint([str(first), str(same)], torch.device("cpu"))
-    assert isinstance(translator.model, Ensemble) and len(translator.model.models) == 2
-    assert translator.translate(["the cat sees it"], DecodingConfig(beam_size=2, max_len_b=3))
-    with pytest.raises(NMTError, match=rf"^checkpoint={other} has another vocabulary .* than {first}"):
-        Translator.from_checkpoint([str(first), str(other)], torch.device("cpu"))
-    with pytest.raises(NMTError, match="an ensemble needs backend=torch"):
-        Translator.from_checkpoint([str(first), str(same)], torch.device("cpu"), backend="ct2", ct2_model="x")

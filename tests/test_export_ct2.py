@@ -36,7 +36,7 @@ from nmt.tokenizer import Tokenizer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from nmt.ct2.backend import CT2Backend, ct2_length_penalty, load_backend  # noqa: E402
+from nmt.ct2.backend import CT2Backend, ct2_length_penalty  # noqa: E402
 from nmt.ct2.export import check_exportable, export_checkpoint, export_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -241,15 +241,6 @@ def test_backend_refuses_a_model_exported_with_another_tokenizer(spm_models, tmp
         CT2Backend(model_dir, separate)
     with pytest.raises(NMTError, match="not a model directory written by scripts/export_ct2.py"):
         CT2Backend(tmp_path, joint)
-
-
-def test_load_backend_checks_its_settings(spm_models):
-    tokenizer = spm_models["joint"]
-    assert load_backend("torch", None, tokenizer, torch.device("cpu")) is None
-    with pytest.raises(NMTError, match="backend='onnx'"):
-        load_backend("onnx", None, tokenizer, torch.device("cpu"))
-    with pytest.raises(NMTError, match="needs ct2_model=DIR"):
-        load_backend("ct2", None, tokenizer, torch.device("cpu"))
 
 
 def test_ct2_length_penalty_grows_like_gnmt_at_the_given_length():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,15 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from nmt.errors import NMTError
+
+# --------------------------------------------------------------------------------------- value rules
+# Values the type system lets through but that cannot work, checked before any data or model is made
+# (check_values): a test of the value and what it must be, for the error message.
+Rule = tuple[Callable[[Any], bool], str]
+POSITIVE: Rule = (lambda v: v > 0, "must be > 0")
+NON_NEGATIVE: Rule = (lambda v: v >= 0, "must be >= 0")
+PROBABILITY: Rule = (lambda v: 0 <= v < 1, "must be in [0, 1)")
+SHARE: Rule = (lambda v: 0 < v <= 1, "must be in (0, 1]")
 
 # ---------------------------------------------------------------------------------------------- data
 
@@ -215,37 +225,51 @@ class TrainerConfig:
 # ------------------------------------------------------------------------------------------ decoding
 
 
+def option(default: Any, rule: Rule | None = None, speed_only: bool = False) -> Any:
+    """A decoding option: its default, the rule its values follow, and whether it changes only the
+    speed, never the translation (the service keeps such options to itself)."""
+    return field(default=default, metadata={"rule": rule, "speed_only": speed_only})
+
+
 @dataclass
 class DecodingConfig:
-    beam_size: int = 5
-    alpha: float = 0.6  # GNMT length penalty ((5+|y|)/6)^alpha; 0 = none
-    max_len_a: float = 1.2  # maximum output length a * src_len + b
-    max_len_b: int = 10
-    nbest: int = 1
-    no_unk: bool = False
-    max_tokens: int = 8000  # source tokens per decoding batch (times beam size)
-    cache: bool = True  # incremental decoding with a key/value cache
-    no_repeat_ngram: int = 0  # n: no hypothesis contains the same n-gram twice (fairseq, HF); 0 = off
-    word_reward: float = 0.0  # added to a hypothesis' score per token (EOS included); < 0 = penalty
+    """The one list of decoding options. ``DecodingOverrides`` (every script's ``decoding.*``),
+    ``DECODING_RULES`` and the service's request (nmt.serve.requests) are made from it, so an option
+    added here, with its rule, is offered and checked everywhere alike."""
+
+    beam_size: int = option(5, POSITIVE)
+    alpha: float = option(0.6, NON_NEGATIVE)  # GNMT length penalty ((5+|y|)/6)^alpha; 0 = none
+    max_len_a: float = option(1.2, NON_NEGATIVE)  # maximum output length a * src_len + b
+    max_len_b: int = option(10, NON_NEGATIVE)
+    nbest: int = option(1, POSITIVE)
+    no_unk: bool = option(False)
+    max_tokens: int = option(8000, POSITIVE, speed_only=True)  # source tokens per batch (times beam size)
+    cache: bool = option(True, speed_only=True)  # incremental decoding with a key/value cache
+    no_repeat_ngram: int = option(0, NON_NEGATIVE)  # no n-gram twice in a hypothesis (fairseq, HF); 0 = off
+    word_reward: float = option(0.0)  # added to a hypothesis' score per token (EOS included); < 0 = penalty
 
 
-@dataclass
-class DecodingOverrides:
-    """``decoding.*`` of evaluate, translate and plot_attention: None keeps the checkpoint's (tuned) value.
+DECODING_RULES: dict[str, Rule] = {
+    f.name: f.metadata["rule"] for f in dataclasses.fields(DecodingConfig) if f.metadata["rule"]
+}
 
-    One field per DecodingConfig field (a test checks that they match).
-    """
 
-    beam_size: int | None = None
-    alpha: float | None = None
-    max_len_a: float | None = None
-    max_len_b: int | None = None
-    nbest: int | None = None
-    no_unk: bool | None = None
-    max_tokens: int | None = None
-    cache: bool | None = None
-    no_repeat_ngram: int | None = None
-    word_reward: float | None = None
+def overrides_of(config: type, name: str, doc: str) -> type:
+    """A dataclass with ``config``'s fields, each optional with default None (a real dataclass type:
+    Hydra's ConfigStore types the ``decoding.*`` of the scripts with it)."""
+    hints = typing.get_type_hints(config)
+    fields = [(f.name, hints[f.name] | None, None) for f in dataclasses.fields(config)]
+    overrides = dataclasses.make_dataclass(name, fields)
+    overrides.__module__, overrides.__doc__ = __name__, doc
+    return overrides
+
+
+DecodingOverrides = overrides_of(
+    DecodingConfig,
+    "DecodingOverrides",
+    "``decoding.*`` of evaluate, translate, serve and plot_attention: one field per DecodingConfig "
+    "field; None keeps the checkpoint's (tuned) value.",
+)
 
 
 def checkpoint_paths(checkpoint: Any) -> list[str]:
@@ -430,6 +454,53 @@ class PlotCurvesConfig:
     dpi: int = 110
 
 
+@dataclass
+class DistillCorpusConfig:
+    """``distill.*`` of scripts/distill.py: what the distilled corpus holds and how it is made."""
+
+    keep_original: bool = False  # the original training pairs too, beside the distilled ones
+    # sources translated and written at once; an interrupted run resumes at the first chunk not written
+    chunk_sentences: int = 1000
+
+
+@dataclass
+class DistillConfig:
+    """scripts/distill.py: a teacher (or an ensemble) translates a training split with beam search."""
+
+    teacher: Any = MISSING  # a checkpoint path, or a list of paths [a.pt,b.pt]: an ensemble
+    data: DataConfig | None = None  # whose training sources are translated; None = the teacher's data
+    decoding: DecodingOverrides = field(default_factory=DecodingOverrides)  # None: the teacher's (tuned)
+    device: str = "auto"
+    backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the teacher exported to ct2_model)
+    ct2_model: str | None = None
+    distill: DistillCorpusConfig = field(default_factory=DistillCorpusConfig)
+
+
+@dataclass
+class ShortlistConfig:
+    """scripts/build_shortlist.py: the target subwords worth scoring for each source subword."""
+
+    checkpoint: str = MISSING  # the model whose tokenizer the shortlist is for; written beside it
+    data: DataConfig | None = None  # whose training split the statistics come from; None = the model's
+    k: int = 50  # likeliest target subwords kept per source subword (beyond the frequent ones)
+    frequent: int = 100  # most frequent target subwords, always candidates
+    output: str | None = None  # default: shortlist.k{k}.n{frequent}.json beside the checkpoint
+    vmap: str | None = None  # also write it as a CTranslate2 vocabulary map, e.g. CT2_MODEL_DIR/vmap.txt
+
+
+def data_or_model_data(data: DataConfig | None, model_data: DataConfig) -> DataConfig:
+    """``data=...`` of distill and build_shortlist if given (it must be in the model's direction), else the
+    data the model was trained on."""
+    if data is None:
+        return model_data
+    if (data.src_lang, data.tgt_lang) != (model_data.src_lang, model_data.tgt_lang):
+        raise NMTError(
+            f"data.src_lang={data.src_lang} data.tgt_lang={data.tgt_lang}: the model translates "
+            f"{model_data.src_lang} -> {model_data.tgt_lang}; set data.src_lang and data.tgt_lang to match"
+        )
+    return data
+
+
 def _basename(path: str) -> str:
     return os.path.basename(os.path.normpath(path))
 
@@ -449,6 +520,8 @@ def register_configs() -> None:
     cs.store(name="benchmark_server_schema", node=ServeBenchConfig)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
     cs.store(name="plot_curves_schema", node=PlotCurvesConfig)
+    cs.store(name="distill_schema", node=DistillConfig)
+    cs.store(name="shortlist_schema", node=ShortlistConfig)
     # Merged before the `train` config it extends, whose root schema (TrainConfig) then stays the type.
     cs.store(name="benchmark_schema", node={"bench": BenchConfig})
     cs.store(group="data", name="hf_schema", node=HFDataConfig)
@@ -488,22 +561,6 @@ def to_container(cfg: TrainConfig) -> dict:
 
 
 # --------------------------------------------------------------------------------- value checks
-# Values the type system lets through but that cannot work; checked before any data or model is made.
-Rule = tuple[Callable[[object], bool], str]
-POSITIVE: Rule = (lambda v: v > 0, "must be > 0")
-NON_NEGATIVE: Rule = (lambda v: v >= 0, "must be >= 0")
-PROBABILITY: Rule = (lambda v: 0 <= v < 1, "must be in [0, 1)")
-SHARE: Rule = (lambda v: 0 < v <= 1, "must be in (0, 1]")
-
-DECODING_RULES: dict[str, Rule] = {
-    "beam_size": POSITIVE,
-    "nbest": POSITIVE,
-    "max_tokens": POSITIVE,
-    "alpha": NON_NEGATIVE,
-    "max_len_a": NON_NEGATIVE,
-    "max_len_b": NON_NEGATIVE,
-    "no_repeat_ngram": NON_NEGATIVE,
-}
 TRAIN_RULES: dict[str, Rule] = {
     "trainer.precision": (lambda v: v in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}"),
     "trainer.best_metric": (lambda v: v in HIGHER_IS_BETTER, f"must be one of {', '.join(HIGHER_IS_BETTER)}"),

@@ -3,6 +3,7 @@ the hypotheses and a JSON report."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -73,15 +74,15 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     elapsed = time.perf_counter() - started
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
 
-    backend = ".ct2" if cfg.backend == "ct2" else ""
+    backend = "" if translator.backend.name == "torch" else f".{translator.backend.name}"
     paths = checkpoint_paths(cfg.checkpoint)
-    ensemble = f".ensemble{len(paths)}" if len(paths) > 1 else ""
+    ensemble = ensemble_tag(paths)
     stem = f"{Path(paths[0]).stem}{ensemble}.{test_name}.beam{decoding.beam_size}{backend}"
     hyp_path = Path(cfg.eval.out) if cfg.eval.out else out_dir / f"{stem}.hyp"
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in hyp_text), encoding="utf-8")
     if decoding.nbest > 1:
-        nbest = translator.tokenizer.decode_tgt([h.tokens for hs in hyps for h in hs])
+        nbest = translator.texts([h for hs in hyps for h in hs])
         (hyp_path.with_suffix(".nbest")).write_text("".join(h + "\n" for h in nbest), encoding="utf-8")
     out_tokens = sum(len(h[0].tokens) + 1 for h in hyps if h)
     report = EvalReport(
@@ -96,7 +97,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
         sentences_per_s=round(len(sources) / elapsed, 2),
         tokens_per_s=round(out_tokens / elapsed, 1),
         device=str(device),
-        backend=cfg.backend,
+        backend=translator.backend.name,
         step=translator.step,
         outputs=output_stats(sources, hyp_text, refs),
         by_length=scores_by_length([len(s) for s in ids], hyp_text, refs, metrics=cfg.eval.metrics)
@@ -109,6 +110,15 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
             Path(cfg.eval.tb_dir), test_name, scores, report.step or 0, report.by_length
         )
     return report
+
+
+def ensemble_tag(paths: Sequence[str]) -> str:
+    """``.ensemble<n>-<hash>`` for several checkpoints ("" for one): the hash of the members' resolved paths,
+    in order (the first one's settings apply), keeps ensembles that share a first member apart."""
+    if len(paths) == 1:
+        return ""
+    members = "\n".join(str(Path(p).resolve()) for p in paths)
+    return f".ensemble{len(paths)}-{hashlib.sha256(members.encode()).hexdigest()[:8]}"
 
 
 def report_dir(checkpoint: Path) -> Path:

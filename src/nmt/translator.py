@@ -1,17 +1,22 @@
-"""Translate raw text with a checkpoint: tokenise, decode in length-sorted batches, detokenise."""
+"""Translate raw text with a checkpoint: tokenise, decode in length-sorted batches, detokenise.
+
+The one way in for every caller (scripts, evaluation, the service): the Translator holds the model,
+its tokenizer and settings and one backend (:mod:`nmt.backends`), and answers what callers ask of a
+model (:meth:`Translator.info`, :meth:`Translator.attention`), so none of them reaches below it.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, BinaryIO, TextIO
 
 import torch
-from matplotlib.figure import Figure
 
-from nmt.attention_maps import HEAD_MODES, attention_map
+from nmt.attention_maps import CrossAttention
+from nmt.backends import Backend, TorchBackend, load_backend
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.config import (
     DecodingConfig,
@@ -21,31 +26,30 @@ from nmt.config import (
     checkpoint_paths,
     merge_decoding,
 )
-from nmt.ct2.backend import CT2Backend, load_backend
-from nmt.decoding import Hypothesis, translate_ids
+from nmt.decoding import Hypothesis
 from nmt.errors import NMTError
-from nmt.models import Seq2Seq
+from nmt.models import Seq2Seq, count_parameters
 from nmt.models.ensemble import Ensemble
 from nmt.tokenizer import Tokenizer
+
+__all__ = ["CrossAttention", "Hypothesis", "Translator", "translate_stream"]  # what callers get
 
 log = logging.getLogger(__name__)
 
 
 class Translator:
-    """Everything needed to translate, rebuilt from one checkpoint file."""
+    """Everything needed to translate, rebuilt from one checkpoint file (or several: an ensemble)."""
 
     def __init__(
         self,
         model: Seq2Seq,
         tokenizer: Tokenizer,
         cfg: TrainConfig,
-        device: torch.device,
+        backend: Backend,
         step: int | None = None,
-        ct2: CT2Backend | None = None,
     ):
-        self.model, self.tokenizer, self.cfg, self.device = model, tokenizer, cfg, device
+        self.model, self.tokenizer, self.cfg, self.backend = model, tokenizer, cfg, backend
         self.step = step  # training updates behind the weights, when known
-        self.ct2 = ct2  # decode with CTranslate2 instead of the model (backend=ct2)
         self.max_source = cfg.model.max_positions - 1  # room for EOS
 
     @classmethod
@@ -59,14 +63,19 @@ class Translator:
         model, tokenizer, cfg = model_from_checkpoint(ckpt, device)
         if len(paths) == 1:
             step = ckpt.get("progress", {}).get("step")
-            return cls(
-                model, tokenizer, cfg, device, step, load_backend(backend, ct2_model, tokenizer, device)
-            )
+            decoder = load_backend(backend, ct2_model, model, tokenizer, device, cfg.model.max_positions)
+            return cls(model, tokenizer, cfg, decoder, step)
         if backend != "torch":
             raise NMTError(f"backend={backend} decodes one model: an ensemble needs backend=torch")
-        models = [model]
+        models, direction = [model], (cfg.data.src_lang, cfg.data.tgt_lang)
         for path in paths[1:]:
             other, other_tokenizer, other_cfg = model_from_checkpoint(load_checkpoint(path), device)
+            if (other_cfg.data.src_lang, other_cfg.data.tgt_lang) != direction:
+                raise NMTError(
+                    f"checkpoint={path} translates {other_cfg.data.src_lang}->{other_cfg.data.tgt_lang}, "
+                    f"{paths[0]} {direction[0]}->{direction[1]}: the models of an ensemble must translate "
+                    "in one direction"
+                )
             if other_tokenizer.fingerprint != tokenizer.fingerprint:
                 raise NMTError(
                     f"checkpoint={path} has another vocabulary (SentencePiece model) than {paths[0]}: "
@@ -75,7 +84,22 @@ class Translator:
             models.append(other)
             positions = min(cfg.model.max_positions, other_cfg.model.max_positions)
             cfg = replace(cfg, model=replace(cfg.model, max_positions=positions))
-        return cls(Ensemble(models).eval(), tokenizer, cfg, device)
+        ensemble = Ensemble(models).eval()
+        decoder = TorchBackend(ensemble, tokenizer, device, cfg.model.max_positions)
+        return cls(ensemble, tokenizer, cfg, decoder)
+
+    def info(self) -> dict[str, Any]:
+        """What is translating: the model's settings and size, vocabularies, languages, backend, step."""
+        tok = self.tokenizer
+        return {
+            "model": asdict(self.cfg.model),
+            "models": len(self.model.models) if isinstance(self.model, Ensemble) else 1,  # > 1: an ensemble
+            "parameters": count_parameters(self.model),
+            "vocabulary": {"src": tok.src_vocab_size, "tgt": tok.tgt_vocab_size, "joint": tok.joint},
+            "languages": {"src": self.cfg.data.src_lang, "tgt": self.cfg.data.tgt_lang},
+            "backend": self.backend.name,
+            "step": self.step,
+        }
 
     def decoding_with(
         self, overrides: DecodingOverrides, base: DecodingConfig | None = None
@@ -111,14 +135,7 @@ class Translator:
         """n-best lists of encoded sources (from :meth:`encode`); an empty source gets an empty list."""
         todo = [i for i, seq in enumerate(ids) if seq]
         out: list[list[Hypothesis]] = [[] for _ in ids]
-        sources = [ids[i] for i in todo]
-        if self.ct2 is not None:
-            results = self.ct2.translate_ids(sources, decoding, progress)
-        else:
-            max_positions = self.cfg.model.max_positions
-            results = translate_ids(
-                self.model, sources, decoding, self.device, max_positions, progress=progress
-            )
+        results = self.backend.translate_ids([ids[i] for i in todo], decoding, progress)
         for i, hyps in zip(todo, results):
             out[i] = hyps
         return out
@@ -133,20 +150,24 @@ class Translator:
         """The text of each n-best list's first hypothesis ("" for an empty list: an empty line)."""
         return self.tokenizer.decode_tgt([h[0].tokens if h else [] for h in hyps])
 
-    def plot_attention(
-        self, text: str, decoding: DecodingConfig, layer: int = -1, heads: str = "mean"
-    ) -> tuple[Figure, str]:
-        """Translate ``text`` with the model and plot the cross-attention of decoder ``layer`` (negative
-        counts from the last): one panel per head (``heads="all"``) or their mean (``"mean"``).
-        Returns (figure, translation)."""
-        if heads not in HEAD_MODES:
-            raise NMTError(f"heads must be one of {HEAD_MODES}, got {heads!r}")
-        src_ids = self.encode([text])[0]
+    def texts(self, hyps: Sequence[Hypothesis]) -> list[str]:
+        """The text of each hypothesis (e.g. of an n-best list)."""
+        return self.tokenizer.decode_tgt([h.tokens for h in hyps])
+
+    @property
+    def has_attention(self) -> bool:
+        """Whether :meth:`attention` can answer: the torch backend's model can, CTranslate2 cannot."""
+        return isinstance(self.backend, TorchBackend)
+
+    def attention(self, source: str | Sequence[int], target: Sequence[int]) -> CrossAttention:
+        """Where the model looks (cross-attention of every decoder layer and head) while it produces the
+        target ids (a hypothesis' tokens) from ``source``: a line, or its ids from :meth:`encode`."""
+        if not isinstance(self.backend, TorchBackend):
+            raise NMTError(f"the {self.backend.name} backend has no attention weights; use backend=torch")
+        src_ids = self.encode([source])[0] if isinstance(source, str) else list(source)
         if not src_ids:
-            raise NMTError("text is empty: nothing to translate")
-        hyp = translate_ids(self.model, [src_ids], decoding, self.device, self.cfg.model.max_positions)[0][0]
-        figure = attention_map(self.model, self.tokenizer, src_ids, hyp.tokens, layer, heads)
-        return figure, self.tokenizer.decode_tgt([hyp.tokens])[0]
+            raise NMTError("the source is empty: nothing was translated, no attention to show")
+        return self.backend.attention(src_ids, list(target))
 
 
 def translate_stream(

@@ -60,8 +60,6 @@ from nmt.errors import NMTError
 from nmt.special import BOS_ID, PAD_ID
 from nmt.tokenizer import Tokenizer
 
-BACKENDS = ("torch", "ct2")
-
 
 def ct2_length_penalty(alpha: float, length: int) -> float:
     """CTranslate2's ``length_penalty`` whose n ** lp grows like GNMT's ((5 + n) / 6) ** alpha at n
@@ -72,6 +70,8 @@ def ct2_length_penalty(alpha: float, length: int) -> float:
 
 class CT2Backend:
     """A CTranslate2 translator over an exported model directory, fed and answering in our token ids."""
+
+    name = "ct2"  # the backend's name (nmt.backends)
 
     def __init__(
         self,
@@ -196,16 +196,3 @@ class CT2Backend:
 def _budget(src_len: int, cfg: DecodingConfig, limit: int) -> int:
     """Output tokens allowed before EOS, as :func:`nmt.decoding.max_lengths` (src_len counts EOS)."""
     return max(1, min(limit, int(cfg.max_len_a * src_len + cfg.max_len_b)))
-
-
-def load_backend(
-    backend: str, ct2_model: str | None, tokenizer: Tokenizer, device: torch.device
-) -> CT2Backend | None:
-    """The CTranslate2 backend for ``backend=ct2``; None for ``backend=torch`` (decode with the model)."""
-    if backend not in BACKENDS:
-        raise NMTError(f"backend={backend!r}: choose one of {', '.join(BACKENDS)}")
-    if backend == "torch":
-        return None
-    if not ct2_model:
-        raise NMTError("backend=ct2 needs ct2_model=DIR, a directory written by scripts/export_ct2.py")
-    return CT2Backend(ct2_model, tokenizer, device)

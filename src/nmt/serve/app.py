@@ -14,19 +14,17 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from nmt.attention_maps import cross_attention_weights
 from nmt.config import DecodingConfig, ServerLimits
-from nmt.decoding import Hypothesis
 from nmt.errors import NMTError
-from nmt.models import count_parameters
 from nmt.serve.batcher import Batcher, Job, QueueFull
 from nmt.serve.requests import BadRequest, parse_request
-from nmt.translator import Translator
+from nmt.translator import Hypothesis, Translator
 
 
 def create_app(translator: Translator, limits: ServerLimits, defaults: DecodingConfig) -> FastAPI:
     """The service; ``defaults`` are the decoding settings of a request that sets none."""
     batcher = Batcher(lambda jobs: translate_jobs(translator, jobs), limits.max_tokens, limits.queue_size)
+    backend = translator.backend.name
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -57,9 +55,9 @@ def create_app(translator: Translator, limits: ServerLimits, defaults: DecodingC
         try:
             parsed = parse_request(await request.body(), limits)
             decoding = translator.decoding_with(parsed.decoding(), base=defaults)
-            if parsed.attention and translator.ct2 is not None:
+            if parsed.attention and not translator.has_attention:
                 raise BadRequest(
-                    422, "attention", "the ct2 backend has no attention weights; use backend=torch"
+                    422, "attention", f"the {backend} backend has no attention weights; use backend=torch"
                 )
         except BadRequest as e:
             return JSONResponse(e.body(), status_code=e.status)
@@ -76,7 +74,7 @@ def create_app(translator: Translator, limits: ServerLimits, defaults: DecodingC
             {
                 "translations": translations,
                 "decoding": asdict(decoding),
-                "backend": "ct2" if translator.ct2 is not None else "torch",
+                "backend": backend,
                 "elapsed_ms": round(1000 * (time.perf_counter() - started), 1),
             }
         )
@@ -104,7 +102,7 @@ def translate_jobs(translator: Translator, jobs: list[Job]) -> list[list[dict[st
 def sentence_result(
     translator: Translator, src: list[int], nbest: list[Hypothesis], attention: bool
 ) -> dict[str, Any]:
-    texts = translator.tokenizer.decode_tgt([h.tokens for h in nbest])
+    texts = translator.texts(nbest)
     result: dict[str, Any] = {
         "text": texts[0] if nbest else "",
         "score": nbest[0].score if nbest else None,
@@ -112,27 +110,14 @@ def sentence_result(
         "nbest": [{"text": t, "score": h.score, "log_prob": h.log_prob} for t, h in zip(texts, nbest)],
     }
     if attention and nbest:
-        tok = translator.tokenizer
-        weights = cross_attention_weights(translator.model, src, nbest[0].tokens)
+        cross = translator.attention(src, nbest[0].tokens)
         result["attention"] = {
-            "source_tokens": [*tok.src_pieces(src), "</s>"],
-            "target_tokens": [*tok.tgt_pieces(nbest[0].tokens), "</s>"],
-            "weights": weights.round(decimals=4).tolist(),  # [layer][head][target][source]
+            "source_tokens": cross.source_tokens,
+            "target_tokens": cross.target_tokens,
+            "weights": cross.weights.round(decimals=4).tolist(),  # [layer][head][target][source]
         }
     return result
 
 
 def service_info(translator: Translator, limits: ServerLimits, defaults: DecodingConfig) -> dict[str, Any]:
-    model_cfg = asdict(translator.cfg.model)
-    tok = translator.tokenizer
-    return {
-        "model": model_cfg,
-        "models": len(getattr(translator.model, "models", [translator.model])),  # > 1: an ensemble
-        "parameters": count_parameters(translator.model),
-        "vocabulary": {"src": tok.src_vocab_size, "tgt": tok.tgt_vocab_size, "joint": tok.joint},
-        "languages": {"src": translator.cfg.data.src_lang, "tgt": translator.cfg.data.tgt_lang},
-        "backend": "ct2" if translator.ct2 is not None else "torch",
-        "step": translator.step,
-        "decoding": asdict(defaults),
-        "limits": asdict(limits),
-    }
+    return {**translator.info(), "decoding": asdict(defaults), "limits": asdict(limits)}

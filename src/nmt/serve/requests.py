@@ -1,36 +1,65 @@
 """What a client may send to ``POST /translate`` and how a bad request is answered: a JSON error
-``{"error": ..., "field": ...}`` with a 4xx status that names what is wrong."""
+``{"error": ..., "field": ...}`` with a 4xx status that names what is wrong.
+
+The decoding fields of a request are made from :class:`~nmt.config.DecodingConfig`: every option
+that changes the translation, each with its value rule (the one ``decoding.*`` of the scripts is
+checked with), so an option or a limit added there holds here too. Options that only change the
+speed (batch size, cache) are the server's to set.
+"""
 
 from __future__ import annotations
 
 import json
+import typing
 from dataclasses import fields
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, create_model
+from pydantic_core import PydanticCustomError
 
-from nmt.config import DecodingOverrides, ServerLimits
+from nmt.config import DecodingConfig, DecodingOverrides, Rule, ServerLimits
 
-SERVER_SIDE = ("max_tokens", "cache")  # decoding settings the server keeps to itself (batching, speed)
+SERVER_SIDE = tuple(f.name for f in fields(DecodingConfig) if f.metadata["speed_only"])
 
 
-class TranslateRequest(BaseModel):
+class RequestBase(BaseModel):
     """Sentences and, optionally, decoding settings; unset settings are the checkpoint's."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     text: list[str]
     attention: bool = False  # also return the cross-attention of the chosen hypotheses (torch backend)
-    beam_size: int | None = Field(default=None, ge=1)
-    nbest: int | None = Field(default=None, ge=1)
-    alpha: float | None = Field(default=None, ge=0)
-    max_len_a: float | None = Field(default=None, ge=0)
-    max_len_b: int | None = Field(default=None, ge=0)
-    no_unk: bool | None = None
-    no_repeat_ngram: int | None = Field(default=None, ge=0)
-    word_reward: float | None = None
 
     def decoding(self) -> DecodingOverrides:
         return DecodingOverrides(**{f.name: getattr(self, f.name, None) for f in fields(DecodingOverrides)})
+
+
+def _follows(rule: Rule) -> AfterValidator:
+    """A pydantic check of a value by an nmt.config rule, failing with the rule's message."""
+    ok, what = rule
+
+    def check(value: Any) -> Any:
+        if not ok(value):
+            raise PydanticCustomError("value_rule", what)
+        return value
+
+    return AfterValidator(check)
+
+
+def request_model(config: type = DecodingConfig) -> type[RequestBase]:
+    """The request: ``text``, ``attention`` and each option of ``config`` (a decoding config dataclass)
+    but the speed-only ones, optional (None: the server's default), checked by the option's rule."""
+    hints = typing.get_type_hints(config)
+    options: dict[str, Any] = {}
+    for f in fields(config):
+        if f.metadata["speed_only"]:
+            continue
+        kind = Annotated[hints[f.name], _follows(f.metadata["rule"])] if f.metadata["rule"] else hints[f.name]
+        options[f.name] = (kind | None, None)
+    return create_model("TranslateRequest", __base__=RequestBase, __module__=__name__, **options)
+
+
+TranslateRequest = request_model()
 
 
 class BadRequest(Exception):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
-from nmt.attention_maps import attention_map
+from nmt.attention_maps import cross_attention
 from nmt.config import TrainConfig, to_container
+from nmt.plotting import attention_figure
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, float | int | str | bool]:
@@ -51,7 +52,11 @@ class Monitor:
         self.writer.add_text("valid/examples", "\n".join(rows), step)
         if cfg.trainer.attention_image:
             model.eval()
-            self.writer.add_figure("valid/attention", attention_map(model, tokenizer, *first), step)
+            p = cross_attention(model, tokenizer, *first).panels()
+            figure = attention_figure(
+                p.weights, p.source_tokens, p.target_tokens, titles=p.titles, title=p.title
+            )
+            self.writer.add_figure("valid/attention", figure, step)
             model.train()
 
     def close(self, final: dict[str, float]) -> None:

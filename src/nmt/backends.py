@@ -1,0 +1,73 @@
+"""The ways to decode, behind one interface: ``backend=torch`` (our search over the PyTorch model,
+:mod:`nmt.decoding`) and ``backend=ct2`` (CTranslate2 over the exported model, :mod:`nmt.ct2.backend`).
+
+The Translator holds one backend and calls its ``translate_ids``; nothing above it branches on which
+one runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from nmt.attention_maps import CrossAttention, cross_attention
+from nmt.config import DecodingConfig
+from nmt.ct2.backend import CT2Backend
+from nmt.decoding import Hypothesis, translate_ids
+from nmt.errors import NMTError
+from nmt.models import Seq2Seq
+from nmt.tokenizer import Tokenizer
+
+BACKENDS = ("torch", "ct2")
+
+
+class Backend(Protocol):
+    """What the Translator needs of a backend."""
+
+    name: str  # one of BACKENDS: in reports, hypothesis file names and the service's answers
+
+    def translate_ids(
+        self, sources: Sequence[Sequence[int]], cfg: DecodingConfig, progress: bool = False
+    ) -> list[list[Hypothesis]]:
+        """The ``cfg.nbest`` best hypotheses of each (non-empty) source, best first."""
+        ...
+
+
+class TorchBackend:
+    """Our greedy or beam search over the PyTorch model (or an ensemble of models); it also gives the
+    cross-attention behind a translation, which CTranslate2 does not."""
+
+    name = "torch"
+
+    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, device: torch.device, max_positions: int):
+        self.model, self.tokenizer, self.device, self.max_positions = model, tokenizer, device, max_positions
+
+    def translate_ids(
+        self, sources: Sequence[Sequence[int]], cfg: DecodingConfig, progress: bool = False
+    ) -> list[list[Hypothesis]]:
+        return translate_ids(self.model, sources, cfg, self.device, self.max_positions, progress=progress)
+
+    def attention(self, src_ids: list[int], hyp: list[int]) -> CrossAttention:
+        """Where the model looks while producing ``hyp`` from ``src_ids`` (an ensemble: its first model)."""
+        return cross_attention(self.model, self.tokenizer, src_ids, hyp)
+
+
+def load_backend(
+    name: str,
+    ct2_model: str | None,
+    model: Seq2Seq,
+    tokenizer: Tokenizer,
+    device: torch.device,
+    max_positions: int,
+) -> Backend:
+    """The backend ``backend=name`` asks for: ``model`` searched by us, or CTranslate2 over ``ct2_model``
+    (the directory scripts/export_ct2.py wrote from the same checkpoint)."""
+    if name not in BACKENDS:
+        raise NMTError(f"backend={name!r}: choose one of {', '.join(BACKENDS)}")
+    if name == "torch":
+        return TorchBackend(model, tokenizer, device, max_positions)
+    if not ct2_model:
+        raise NMTError("backend=ct2 needs ct2_model=DIR, a directory written by scripts/export_ct2.py")
+    return CT2Backend(ct2_model, tokenizer, device)

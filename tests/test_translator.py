@@ -1,0 +1,247 @@
+"""The Translator, the one way in for every caller: empty lines stay empty, truncation warns naming the
+line, backends sit behind one interface, ``info()`` and ``attention()`` answer what the service shows,
+ensembles are checked when loaded, and translating never loads matplotlib."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_models import tiny_transformer
+
+from nmt.backends import BACKENDS, TorchBackend, load_backend
+from nmt.checkpoint import atomic_save, make_checkpoint
+from nmt.config import DataConfig, DecodingConfig, TokenizerConfig, ToyDataConfig, TrainConfig, to_container
+from nmt.ct2.backend import CT2Backend
+from nmt.decoding import Hypothesis, translate_ids
+from nmt.errors import NMTError
+from nmt.models.ensemble import Ensemble
+from nmt.tokenizer import train_tokenizer
+from nmt.translator import Translator
+
+REPO = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+DECODING = DecodingConfig(beam_size=2, nbest=2, max_len_b=3)
+
+EN = [
+    f"the {a} sees {b} near the house"
+    for a, b in itertools.product(("cat", "dog", "bird"), ("it", "us", "me"))
+]
+DE = [
+    f"die {a} sieht {b} am Haus"
+    for a, b in itertools.product(("Katze", "Hund", "Vogel"), ("es", "uns", "mich"))
+]
+
+
+def write_checkpoint(
+    path: Path,
+    texts: Path,
+    model_type: str,
+    seed: int,
+    data: DataConfig | None = None,
+    step: int | None = None,
+) -> Path:
+    """A tiny random Transformer (32 positions) with a joint SentencePiece model trained on EN + DE."""
+    (texts / "train.en").write_text("\n".join(EN) + "\n", encoding="utf-8")
+    (texts / "train.de").write_text("\n".join(DE) + "\n", encoding="utf-8")
+    tokenizer = train_tokenizer(
+        TokenizerConfig(vocab_size=30, model_type=model_type), texts / "train.en", texts / "train.de", texts
+    )
+    model = tiny_transformer(tokenizer.src_vocab_size, seed=seed)
+    config = to_container(TrainConfig(data=data or ToyDataConfig(), model=model.cfg))
+    progress = {} if step is None else {"step": step}
+    atomic_save(
+        make_checkpoint(model.state_dict(), config, tokenizer.state_dict(), model.vocab_sizes, progress), path
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("translator")
+    return write_checkpoint(folder / "model.pt", folder, "bpe", seed=1, step=12)
+
+
+@pytest.fixture(scope="module")
+def translator(checkpoint) -> Translator:
+    return Translator.from_checkpoint(str(checkpoint), CPU)
+
+
+class Recorder:
+    """A backend that answers each source with its ids reversed and records what it was asked."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.calls: list[list[list[int]]] = []
+
+    def translate_ids(self, sources, cfg, progress=False):
+        self.calls.append([list(s) for s in sources])
+        return [[Hypothesis(list(reversed(s)), -1.0, -2.0)] for s in sources]
+
+
+# ------------------------------------------------------------------------------------ lines in, lines out
+def test_empty_lines_stay_empty_and_are_not_decoded(translator):
+    lines = ["the cat sees it", "", "   ", "the dog sees us near the house"]
+    hyps = translator.hypotheses(lines, DECODING)
+    assert [len(h) for h in hyps] == [2, 0, 0, 2]
+    out = translator.translate(lines, DECODING)
+    assert out[1] == out[2] == "" and len(out) == 4
+    assert out[0] == translator.texts(hyps[0])[0] and out == translator.best(hyps)
+
+
+def test_a_truncated_line_is_named_in_the_warning(translator, caplog):
+    long = " ".join(["the cat sees it near the house"] * 8)
+    with caplog.at_level(logging.WARNING, logger="nmt.translator"):
+        ids = translator.encode(["the cat", long], first_line=41)
+    assert len(ids[1]) == translator.max_source == 31
+    assert [r.getMessage() for r in caplog.records] == [
+        f"line 42: {len(translator.tokenizer.encode_src([long])[0])} subwords, truncated to the "
+        "model's limit of 31"
+    ]
+
+
+# ------------------------------------------------------------------------------------ backends
+def test_the_torch_backend_is_our_search_over_the_model(translator):
+    assert isinstance(translator.backend, TorchBackend) and translator.backend.name == "torch"
+    ids = translator.encode(["the cat sees it", "the bird sees me near the house"])
+    expected = translate_ids(translator.model, ids, DECODING, CPU, translator.cfg.model.max_positions)
+    assert translator.search(ids, DECODING) == expected
+
+
+def test_backends_share_one_interface():
+    assert (TorchBackend.name, CT2Backend.name) == BACKENDS
+    assert inspect.signature(TorchBackend.translate_ids) == inspect.signature(CT2Backend.translate_ids)
+
+
+def test_any_backend_plugs_in_and_sees_only_the_non_empty_sources(translator):
+    recorder = Recorder()
+    other = Translator(translator.model, translator.tokenizer, translator.cfg, recorder, step=3)
+    lines = ["the cat sees it", "", "the dog sees us"]
+    out = other.translate(lines, DECODING)
+    ids = translator.encode(lines)
+    assert recorder.calls == [[ids[0], ids[2]]]  # one call, empty line left out
+    assert out == translator.tokenizer.decode_tgt([ids[0][::-1], [], ids[2][::-1]])
+    assert other.info()["backend"] == "recorder" and other.info()["step"] == 3
+    assert not other.has_attention and translator.has_attention
+    with pytest.raises(NMTError, match="^the recorder backend has no attention weights; use backend=torch$"):
+        other.attention("the cat sees it", ids[0][::-1])
+
+
+def test_load_backend_checks_its_settings(translator):
+    model, tokenizer = translator.model, translator.tokenizer
+    assert isinstance(load_backend("torch", None, model, tokenizer, CPU, 32), TorchBackend)
+    with pytest.raises(NMTError, match="backend='onnx'"):
+        load_backend("onnx", None, model, tokenizer, CPU, 32)
+    with pytest.raises(NMTError, match="needs ct2_model=DIR"):
+        load_backend("ct2", None, model, tokenizer, CPU, 32)
+
+
+# ------------------------------------------------------------------------------------ info, attention
+def test_info_describes_model_vocabulary_languages_backend_and_step(translator):
+    info = translator.info()
+    assert info["model"] == asdict(translator.cfg.model) and info["models"] == 1
+    assert info["parameters"] == sum(p.numel() for p in translator.model.parameters())
+    tok = translator.tokenizer
+    assert info["vocabulary"] == {"src": tok.src_vocab_size, "tgt": tok.tgt_vocab_size, "joint": True}
+    assert info["languages"] == {"src": "src", "tgt": "tgt"}
+    assert info["backend"] == "torch" and info["step"] == 12
+
+
+def test_attention_of_a_hypothesis_per_layer_and_head(translator):
+    text = "the dog sees me"
+    src = translator.encode([text])[0]
+    hyp = translator.hypotheses([text], DECODING)[0][0].tokens
+    cross = translator.attention(text, hyp)
+    assert cross.weights.shape == (1, 2, len(hyp) + 1, len(src) + 1)  # tiny_transformer: 1 layer, 2 heads
+    torch.testing.assert_close(cross.weights.sum(-1), torch.ones(cross.weights.shape[:-1]))
+    assert cross.source_tokens == [*translator.tokenizer.src_pieces(src), "</s>"]
+    assert cross.target_tokens == [*translator.tokenizer.tgt_pieces(hyp), "</s>"]
+    torch.testing.assert_close(translator.attention(src, hyp).weights, cross.weights)  # text or ids
+
+    mean, heads = cross.panels(-1, "mean"), cross.panels(0, "all")
+    assert mean.weights.shape == (1, len(hyp) + 1, len(src) + 1) and mean.titles is None
+    assert heads.weights.shape == (2, len(hyp) + 1, len(src) + 1) and heads.titles == ["head 0", "head 1"]
+    assert mean.title == "cross-attention, mean of 2 heads"
+    with pytest.raises(NMTError, match=r"^layer=1 out of range: the model has 1 decoder layer"):
+        cross.panels(1)
+    with pytest.raises(NMTError, match="^heads must be one of"):
+        cross.panels(-1, "max")
+    with pytest.raises(NMTError, match="source is empty"):
+        translator.attention("  ", hyp)
+
+
+# ------------------------------------------------------------------------------------ ensembles
+def test_checkpoints_with_different_vocabularies_are_refused(tmp_path):
+    first = write_checkpoint(tmp_path / "a.pt", tmp_path, "bpe", seed=1)
+    same = write_checkpoint(tmp_path / "b.pt", tmp_path, "bpe", seed=2)
+    other = write_checkpoint(tmp_path / "c.pt", tmp_path, "unigram", seed=3)
+    translator = Translator.from_checkpoint([str(first), str(same)], torch.device("cpu"))
+    assert isinstance(translator.model, Ensemble) and len(translator.model.models) == 2
+    assert translator.translate(["the cat sees it"], DecodingConfig(beam_size=2, max_len_b=3))
+    assert translator.info()["models"] == 2 and translator.info()["backend"] == "torch"
+    with pytest.raises(NMTError, match=rf"^checkpoint={other} has another vocabulary .* than {first}"):
+        Translator.from_checkpoint([str(first), str(other)], torch.device("cpu"))
+    with pytest.raises(NMTError, match="an ensemble needs backend=torch"):
+        Translator.from_checkpoint([str(first), str(same)], torch.device("cpu"), backend="ct2", ct2_model="x")
+
+
+def test_an_ensemble_of_opposite_directions_is_refused_naming_both_checkpoints(tmp_path):
+    """A joint vocabulary is shared by en->de and de->en models: the vocabulary check lets them pass."""
+    en_de = write_checkpoint(
+        tmp_path / "en-de.pt", tmp_path, "bpe", 1, ToyDataConfig(src_lang="en", tgt_lang="de")
+    )
+    de_en = write_checkpoint(
+        tmp_path / "de-en.pt", tmp_path, "bpe", 2, ToyDataConfig(src_lang="de", tgt_lang="en")
+    )
+    with pytest.raises(NMTError) as e:
+        Translator.from_checkpoint([str(en_de), str(de_en)], CPU)
+    assert str(e.value) == (
+        f"checkpoint={de_en} translates de->en, {en_de} en->de: the models of an ensemble must translate "
+        "in one direction"
+    )
+
+
+# ------------------------------------------------------------------------------------ no matplotlib
+@pytest.mark.slow
+def test_translating_and_serving_never_import_matplotlib(checkpoint, tmp_path):
+    """The translate script (every module it imports, -X importtime) and the service's and evaluation's
+    modules with a translation, its attention and info: none loads matplotlib."""
+    script = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            str(REPO / "scripts" / "translate.py"),
+            f"checkpoint={checkpoint}",
+        ],
+        input="the cat sees it\n\nthe dog sees us\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert script.returncode == 0, script.stderr[-2000:]
+    assert len(script.stdout.splitlines()) == 3 and "import time:" in script.stderr
+    assert "matplotlib" not in script.stderr
+    code = (
+        "import sys, torch\n"
+        "import nmt.serve.app, nmt.evaluation\n"
+        "from nmt.translator import Translator\n"
+        f"t = Translator.from_checkpoint({str(checkpoint)!r}, torch.device('cpu'))\n"
+        "hyp = t.hypotheses(['the cat sees it'], t.cfg.decoding)[0][0]\n"
+        "t.attention('the cat sees it', hyp.tokens), t.info()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n"
+    )
+    service = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert service.returncode == 0, service.stderr[-2000:]
+    assert service.stdout.strip() == "[]"
