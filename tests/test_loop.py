@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import nmt.training.loop as loop
 import nmt.training.validation as validation
+from nmt.checkpoint import load_checkpoint
 from nmt.config import TrainConfig
 from nmt.data import collate
 from nmt.errors import NMTError
@@ -188,3 +190,53 @@ def test_linear_schedule_with_an_epochs_budget_counts_the_updates_before_this_on
     n = len(lrs)
     assert n > 4
     assert lrs == pytest.approx([cfg.optim.lr * (1 - s / n) for s in range(n)])
+
+
+def test_rerunning_a_run_stopped_by_patience_does_nothing_and_says_so(config, tmp_path, monkeypatch, caplog):
+    """trainer.resume=auto (scripts/run.sh, the resume hint) on a run that early stopping ended: no update,
+    no validation, no checkpoint written or touched."""
+    monkeypatch.setattr(loop, "is_better", lambda value, best, metric: best is None)  # a plateau
+    stopping = ("trainer.patience=2", "trainer.valid_every=2", "trainer.max_steps=100")
+    loop.train(config(*stopping), tmp_path)
+    ckpt_dir = tmp_path / "checkpoints"
+    before = load_checkpoint(ckpt_dir / "last.pt")["progress"]
+    assert before["step"] == 6 and [h["step"] for h in before["history"]] == [2, 4, 6]
+    files = written(tmp_path)
+    assert sorted(f for f in files if f.startswith("checkpoints/")) == [
+        f"checkpoints/{name}.pt" for name in ("best", "last", "step_2", "step_4", "step_6")
+    ]
+
+    updates = []
+    real_step = loop.train_step
+    monkeypatch.setattr(loop, "train_step", lambda *a, **k: updates.append(1) or real_step(*a, **k))
+    with caplog.at_level("INFO", logger="nmt.training.loop"):
+        loop.train(config(*stopping, "trainer.resume=auto"), tmp_path)
+    assert updates == []
+    said = [r.getMessage() for r in caplog.records if r.name == "nmt.training.loop"]
+    reason = "early stopping: no improvement in 2 validations"
+    assert said == [f"nothing to do: the run already ended at step 6 ({reason})"]
+    assert written(tmp_path) == files  # checkpoints and TensorBoard
+
+
+def written(run_dir: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file of a run, as (mtime, bytes) by relative path."""
+    return {
+        str(p.relative_to(run_dir)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_a_run_stopped_by_patience_continues_when_patience_is_raised(config, tmp_path, monkeypatch):
+    """The check reads the current config, as the budget's does: more patience, more training."""
+    monkeypatch.setattr(loop, "is_better", lambda value, best, metric: best is None)
+    loop.train(config("trainer.patience=2", "trainer.valid_every=2", "trainer.max_steps=100"), tmp_path)
+    loop.train(
+        config("trainer.patience=3", "trainer.valid_every=2", "trainer.max_steps=100", "trainer.resume=auto"),
+        tmp_path,
+    )
+    assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["progress"]["step"] == 8
+    # TensorBoard keeps the validation of the step the run resumed from
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("valid/loss")] == [2, 4, 6, 8]

@@ -29,7 +29,7 @@ from nmt.training.budget import Budget, BudgetBar
 from nmt.training.distributed import all_gather_object, all_reduce_sum, broadcast_object, cleanup
 from nmt.training.loss import label_smoothed_nll
 from nmt.training.schedule import learning_rate
-from nmt.training.setup import Progress, Run, set_up
+from nmt.training.setup import Progress, Run, early_stopping, set_up
 from nmt.training.validation import is_better, validate
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     """Train ``cfg.model`` on ``cfg.data``; checkpoints and TensorBoard logs go to ``run_dir``."""
     run = set_up(cfg, run_dir)
     clock, progress = run.clock, run.progress
-    done = clock.finished(progress.step)
+    done = run.ended
     if done:  # a finished run, re-run (trainer.resume=auto): nothing to train, validate or write
         if run.dist.is_main:
             log.info("nothing to do: the run already ended at step %d (%s)", progress.step, done)
@@ -80,7 +80,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
             if (progress.step % cfg.trainer.valid_every == 0 or reason) and reason != "interrupted":
                 validated_at = progress.step
                 if not validate_and_save(run):
-                    reason = reason or f"early stopping: no improvement in {cfg.trainer.patience} validations"
+                    reason = reason or early_stopping(cfg.trainer.patience)
             elif stats["flags"]["checkpoint"] and reason != "interrupted":
                 save_checkpoints(run, improved=False, step_file=True)
             if stats["flags"]["checkpoint"]:

@@ -58,6 +58,7 @@ class Run:
     ckpt_dir: Path
     progress: Progress
     clock: BudgetClock  # the budget, and how much of it is spent
+    ended: str  # why a resumed run has nothing left to train ("" = it has): see ended()
 
 
 # ------------------------------------------------------------------------------------------- set-up
@@ -112,7 +113,6 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
             cfg.trainer.accumulate,
             dist.world_size,
         )
-    monitor = Monitor(run_dir, cfg, dist.is_main, purge_step=progress.step or None)
     clock = BudgetClock(
         budget,
         progress.elapsed_s,
@@ -120,6 +120,12 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         epochs=lambda: progress.epoch + sampler.position / max(len(sampler), 1),
         window=cfg.trainer.average_window,
         count=cfg.trainer.keep_checkpoints,
+    )
+    done = ended(cfg, progress, clock)
+    # A finished run re-run writes nothing, TensorBoard included. A resumed one drops the events that came
+    # after its checkpoint's step, but not those of that step (its validation), hence + 1.
+    monitor = Monitor(
+        run_dir, cfg, dist.is_main and not done, purge_step=progress.step + 1 if progress.step else None
     )
     return Run(
         cfg=cfg,
@@ -136,7 +142,22 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         ckpt_dir=ckpt_dir,
         progress=progress,
         clock=clock,
+        ended=done,
     )
+
+
+def ended(cfg: TrainConfig, progress: Progress, clock: BudgetClock) -> str:
+    """Why the run has nothing left to train ("" = it has): its budget is spent, or early stopping ended
+    it. Both are judged by the current config, so raising the budget or ``trainer.patience`` continues
+    a resumed run, while re-running the same command does nothing."""
+    patience = cfg.trainer.patience
+    if patience and progress.bad_validations >= patience:
+        return early_stopping(patience)
+    return clock.finished(progress.step)
+
+
+def early_stopping(patience: int) -> str:
+    return f"early stopping: no improvement in {patience} validations"
 
 
 # ---------------------------------------------------------------------------------- set-up helpers
