@@ -1,0 +1,39 @@
+"""Build a vocabulary shortlist: ``python scripts/build_shortlist.py checkpoint=PATH [k=50] [frequent=100]``.
+
+For every source subword its k likeliest target subwords (sentence-level co-occurrence in the training
+data), plus the most frequent target subwords, written beside the checkpoint as
+``shortlist.k{k}.n{frequent}.json``; ``vmap=DIR/vmap.txt`` also writes it as a CTranslate2 vocabulary
+map. Prints how much of the validation references the shortlist covers.
+"""
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.cli import run_cli
+from nmt.config import register_configs
+from nmt.shortlist import shortlist_for_checkpoint
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="build_shortlist")
+@run_cli
+def main(cfg: DictConfig) -> None:
+    cfg = OmegaConf.to_object(cfg)
+    shortlist, path, valid = shortlist_for_checkpoint(cfg)
+    vocab = shortlist.tgt_vocab_size
+    print(
+        f"shortlist of {shortlist.pairs} training pairs: k={shortlist.k}, {len(shortlist.always)} always "
+        f"(specials and the {shortlist.frequent} most frequent) -> {path}"
+    )
+    print(
+        f"valid: {valid.mean_candidates:.0f} candidates per sentence on average "
+        f"({valid.mean_candidates / vocab:.1%} of the vocabulary), holding {valid.covered:.2%} of the "
+        f"reference subwords"
+    )
+    if cfg.vmap:
+        print(f"CTranslate2 vocabulary map: {cfg.vmap}")
+
+
+if __name__ == "__main__":
+    main()

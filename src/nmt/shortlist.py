@@ -1,0 +1,225 @@
+"""Vocabulary shortlists (Sockeye's lexical shortlists, Marian's ``--shortlist``): the target subwords
+worth scoring for a sentence, so that search projects the decoder state onto a few hundred output
+embeddings instead of the whole vocabulary.
+
+A shortlist holds, for every source subword, its ``k`` likeliest target subwords, and the
+``frequent`` most frequent target subwords plus the special ids, which are candidates for every
+sentence. The likelihood is p(t | s) from sentence-level co-occurrence in the training corpus: the
+share of the training pairs whose source holds s that also hold t in the target. The frequent
+subwords are candidates anyway, so the k places of a source subword go to other target subwords.
+The candidates of a batch are the union of its sentences' candidates (:meth:`Shortlist.select`): all
+four special ids are in, so their positions in the sorted candidate list are their ids, 0 to 3.
+
+Stored as JSON (``shortlist.k{k}.n{frequent}.json`` beside the checkpoint) with a format version and
+the tokenizer's fingerprint, both checked when loaded; :func:`write_vmap` writes the same shortlist
+as a CTranslate2 vocabulary map (``vmap.txt``, CTranslate2's ``use_vmap``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nmt.cache import atomic_write_text
+from nmt.checkpoint import checkpoint_config, load_checkpoint
+from nmt.config import ShortlistConfig, data_or_model_data
+from nmt.data import prepare_text, read_lines
+from nmt.errors import NMTError
+from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.tokenizer import Tokenizer
+
+FORMAT = "nmt-shortlist"
+FORMAT_VERSION = 1
+SPECIALS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+
+
+@dataclass
+class Shortlist:
+    """Candidate target subwords per source subword (ids of the tokenizer with ``tokenizer_fingerprint``)."""
+
+    k: int
+    frequent: int
+    tokenizer_fingerprint: str
+    tgt_vocab_size: int
+    always: list[int]  # the special ids and the ``frequent`` most frequent target subwords, ascending
+    candidates: list[list[int]]  # per source id: up to k target ids not in ``always``, likeliest first
+    pairs: int  # training pairs the statistics come from
+
+    def select(self, sources: Iterable[Sequence[int]]) -> list[int]:
+        """The sorted union of the candidates of every token of ``sources`` and ``always``: the target
+        ids a batch of these sources is decoded over."""
+        chosen = set(self.always)
+        for source in sources:
+            for token in set(source):
+                chosen.update(self.candidates[token])
+        return sorted(chosen)
+
+    def filename(self) -> str:
+        return shortlist_filename(self.k, self.frequent)
+
+    def save(self, path: Path) -> None:
+        atomic_write_text(
+            Path(path), json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **asdict(self)})
+        )
+
+
+def shortlist_filename(k: int, frequent: int) -> str:
+    return f"shortlist.k{k}.n{frequent}.json"
+
+
+def build_shortlist(
+    sources: Sequence[Sequence[int]],
+    targets: Sequence[Sequence[int]],
+    tokenizer: Tokenizer,
+    k: int,
+    frequent: int,
+) -> Shortlist:
+    """The shortlist of a parallel corpus encoded with ``tokenizer`` (ids without BOS/EOS)."""
+    if k < 0 or frequent < 0:
+        raise NMTError(f"k={k}, frequent={frequent}: must be >= 0")
+    if len(sources) != len(targets):
+        raise NMTError(f"{len(sources)} source sentences but {len(targets)} target sentences")
+    src_vocab, tgt_vocab = tokenizer.src_vocab_size, tokenizer.tgt_vocab_size
+    target_counts = np.bincount(_concat(targets), minlength=tgt_vocab)
+    target_counts[list(SPECIALS)] = 0
+    by_count = np.lexsort((np.arange(tgt_vocab), -target_counts))  # most frequent first, ties by id
+    top = [int(t) for t in by_count[:frequent] if target_counts[t] > 0]
+    always = sorted({*SPECIALS, *top})
+
+    pair_s, pair_t, together = _cooccurrences(sources, targets, tgt_vocab)
+    with_source = np.bincount(_concat([np.unique(s) for s in sources]), minlength=src_vocab)
+    keep = ~np.isin(pair_t, always) & ~np.isin(pair_s, SPECIALS)
+    pair_s, pair_t, together = pair_s[keep], pair_t[keep], together[keep]
+    p = together / with_source[pair_s]
+    order = np.lexsort((pair_t, -p, pair_s))  # by source, then likeliest first, ties by id
+    pair_s, pair_t = pair_s[order], pair_t[order]
+    starts = np.searchsorted(pair_s, np.arange(src_vocab))
+    ends = np.searchsorted(pair_s, np.arange(src_vocab), side="right")
+    candidates = [pair_t[a : min(b, a + k)].tolist() for a, b in zip(starts, ends)]
+    return Shortlist(k, frequent, tokenizer.fingerprint, tgt_vocab, always, candidates, len(sources))
+
+
+def _concat(seqs: Iterable[Sequence[int]]) -> np.ndarray:
+    arrays = [np.asarray(s, dtype=np.int64) for s in seqs]
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+
+
+def _cooccurrences(
+    sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], tgt_vocab: int, block: int = 20_000
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source id, target id, pairs holding both), over every pair of ids co-occurring in a sentence
+    pair, each sentence pair counted once. Counted in blocks of sentences: memory follows the distinct
+    pairs, not the corpus."""
+    keys, counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    for start in range(0, len(sources), block):
+        part = [
+            (np.unique(np.asarray(s, dtype=np.int64))[:, None] * tgt_vocab + np.unique(np.asarray(t))).ravel()
+            for s, t in zip(sources[start : start + block], targets[start : start + block])
+        ]
+        block_keys, block_counts = np.unique(_concat(part), return_counts=True)
+        merged, inverse = np.unique(np.concatenate([keys, block_keys]), return_inverse=True)
+        counts = np.bincount(inverse, weights=np.concatenate([counts, block_counts]), minlength=len(merged))
+        keys, counts = merged, counts.astype(np.int64)
+    return keys // tgt_vocab, keys % tgt_vocab, counts
+
+
+def load_shortlist(path: Path, tokenizer: Tokenizer) -> Shortlist:
+    """Read a shortlist, refusing (in one line) another format, another version or another tokenizer."""
+    path = Path(path)
+    if not path.is_file():
+        raise NMTError(f"shortlist not found: {path}; build it with scripts/build_shortlist.py")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise NMTError(f"{path}: not a shortlist (not JSON: {e})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise NMTError(f"{path}: not a shortlist (no format {FORMAT!r})")
+    if data.get("version") != FORMAT_VERSION:
+        raise NMTError(
+            f"{path}: shortlist format version {data.get('version')}, this nmt reads version "
+            f"{FORMAT_VERSION}; build it again with scripts/build_shortlist.py"
+        )
+    if data["tokenizer_fingerprint"] != tokenizer.fingerprint:
+        raise NMTError(
+            f"{path} was built for another tokenizer (fingerprint {data['tokenizer_fingerprint']}) than "
+            f"the model's ({tokenizer.fingerprint}); build it again with scripts/build_shortlist.py"
+        )
+    if len(data["candidates"]) != tokenizer.src_vocab_size:
+        raise NMTError(
+            f"{path}: {len(data['candidates'])} source entries for a vocabulary of {tokenizer.src_vocab_size}"
+        )
+    return Shortlist(**{key: data[key] for key in Shortlist.__dataclass_fields__})
+
+
+def write_vmap(shortlist: Shortlist, tokenizer: Tokenizer, path: Path) -> None:
+    """The shortlist as a CTranslate2 vocabulary map: a line ``<source piece>\\t<target pieces>`` (space
+    separated) per source subword with candidates, after a line with the empty source, whose targets
+    CTranslate2 adds to every batch (``always``). CTranslate2 reads it from ``vmap.txt`` in the model
+    directory and uses it with ``translate_batch(..., use_vmap=True)``."""
+    if shortlist.tokenizer_fingerprint != tokenizer.fingerprint:
+        raise NMTError(
+            f"the shortlist was built for another tokenizer (fingerprint {shortlist.tokenizer_fingerprint}) "
+            f"than this one ({tokenizer.fingerprint})"
+        )
+    src_pieces = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
+    tgt_pieces = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
+    for piece in {src_pieces[s] for s, c in enumerate(shortlist.candidates) if c} | set(tgt_pieces):
+        if not piece or any(sep in piece for sep in " \t\n"):
+            raise NMTError(
+                f"subword {piece!r} is empty or holds a separator: a vocabulary map cannot list it"
+            )
+    lines = ["\t" + " ".join(tgt_pieces[t] for t in shortlist.always)]
+    lines += [
+        src_pieces[s] + "\t" + " ".join(tgt_pieces[t] for t in targets)
+        for s, targets in enumerate(shortlist.candidates)
+        if targets
+    ]
+    atomic_write_text(Path(path), "".join(line + "\n" for line in lines))
+
+
+@dataclass
+class Coverage:
+    """How a shortlist fits sentences it was not built from: what each sentence is decoded over, and
+    how much of its reference that holds (a reference subword outside cannot be produced)."""
+
+    sentences: int
+    mean_candidates: float  # target ids per sentence (a batch decodes over the union of its sentences')
+    covered: float  # share of the reference subwords among their sentence's candidates
+
+
+def coverage(
+    shortlist: Shortlist, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+) -> Coverage:
+    sizes, covered, total = [], 0, 0
+    for source, target in zip(sources, targets):
+        chosen = set(shortlist.select([source]))
+        sizes.append(len(chosen))
+        covered += sum(t in chosen for t in target)
+        total += len(target)
+    return Coverage(len(sizes), float(np.mean(sizes)) if sizes else 0.0, covered / total if total else 1.0)
+
+
+def shortlist_for_checkpoint(cfg: ShortlistConfig, progress: bool = True) -> tuple[Shortlist, Path, Coverage]:
+    """``scripts/build_shortlist.py``: the shortlist of the checkpoint's training data (or ``cfg.data``),
+    encoded with its tokenizer, saved beside it (or to ``cfg.output``), with its coverage of valid."""
+    ckpt = load_checkpoint(cfg.checkpoint)
+    tokenizer = Tokenizer.from_state_dict(ckpt["tokenizer"])
+    data = data_or_model_data(cfg.data, checkpoint_config(ckpt).data)
+    text = prepare_text(data, progress=progress)
+
+    def encoded(split: str) -> tuple[list[list[int]], list[list[int]]]:
+        return (
+            tokenizer.encode_src(read_lines(text / f"{split}.{data.src_lang}")),
+            tokenizer.encode_tgt(read_lines(text / f"{split}.{data.tgt_lang}")),
+        )
+
+    shortlist = build_shortlist(*encoded("train"), tokenizer, cfg.k, cfg.frequent)
+    path = Path(cfg.output) if cfg.output else Path(cfg.checkpoint).parent / shortlist.filename()
+    shortlist.save(path)
+    if cfg.vmap:
+        write_vmap(shortlist, tokenizer, Path(cfg.vmap))
+    return shortlist, path, coverage(shortlist, *encoded("valid"))

@@ -1,0 +1,224 @@
+"""Vocabulary shortlists: the k likeliest targets of each source subword by sentence-level co-occurrence,
+the N most frequent targets and the specials always in, a versioned file tied to its tokenizer, and a
+CTranslate2 vocabulary map that CTranslate2 reads and decodes within."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import tiny_transformer
+
+from nmt.checkpoint import FORMAT_VERSION, atomic_save
+from nmt.config import (
+    ShortlistConfig,
+    TokenizerConfig,
+    ToyDataConfig,
+    TrainConfig,
+    TransformerConfig,
+    to_container,
+)
+from nmt.data import prepare_text, read_lines
+from nmt.errors import NMTError
+from nmt.shortlist import (
+    _cooccurrences,
+    build_shortlist,
+    coverage,
+    load_shortlist,
+    shortlist_for_checkpoint,
+    write_vmap,
+)
+from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.tokenizer import Tokenizer, train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+SPECIALS = [PAD_ID, UNK_ID, BOS_ID, EOS_ID]
+
+
+def toy_tokenizer(folder: Path, vocab_size: int) -> Tokenizer:
+    """A joint SentencePiece model of the toy task's text (cached in ``folder``)."""
+    text = prepare_text(ToyDataConfig(cache_dir=str(folder), train_size=300), progress=False)
+    return train_tokenizer(
+        TokenizerConfig(vocab_size=vocab_size), text / "train.src", text / "train.tgt", folder
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> Tokenizer:
+    return toy_tokenizer(tmp_path_factory.mktemp("tok"), 120)
+
+
+# Source 10 occurs in four pairs: with target 20 in all four, 21 in three, 23 and 22 in two (a tie,
+# broken by id), 24 in one. Target 30 is in every pair, twice: the most frequent, so always a candidate
+# and never one of a source's k. Source 11 occurs once, beside 10.
+SOURCES = [[10, 12], [10, 10], [10], [10, 11]]
+TARGETS = [[20, 21, 22, 30, 30], [20, 21, 23, 30, 30], [20, 21, 22, 23, 30, 30], [20, 24, 30, 30]]
+
+
+def test_each_source_keeps_its_k_likeliest_targets_beyond_the_frequent_ones(tokenizer):
+    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=4, frequent=1)
+    assert shortlist.always == [*SPECIALS, 30]
+    assert shortlist.candidates[10] == [20, 21, 22, 23]  # p = 1, 3/4, 1/2, 1/2; 24 (1/4) is the fifth
+    assert shortlist.candidates[11] == [20, 24]  # every target of its pair but the frequent one
+    assert shortlist.candidates[12] == [20, 21, 22]
+    assert build_shortlist(SOURCES, TARGETS, tokenizer, k=2, frequent=1).candidates[10] == [20, 21]
+    assert shortlist.candidates[13] == [] and len(shortlist.candidates) == tokenizer.src_vocab_size
+    assert shortlist.pairs == 4 and shortlist.tokenizer_fingerprint == tokenizer.fingerprint
+    # Without frequent targets, 30 competes like any other: p = 1 as 20's, after it by id.
+    assert build_shortlist(SOURCES, TARGETS, tokenizer, k=2, frequent=0).candidates[10] == [20, 30]
+
+
+def test_the_frequent_targets_and_the_specials_are_candidates_of_every_batch(tokenizer):
+    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=1, frequent=3)
+    # 30 (8 times), 20 and 21 (4 and 3 times); the specials, though never counted, are in.
+    assert shortlist.always == [*SPECIALS, 20, 21, 30]
+    assert shortlist.select([]) == shortlist.always
+    assert shortlist.select([[12]]) == [*SPECIALS, 20, 21, 22, 30]
+    assert shortlist.select([[11], [12, 12]]) == [*SPECIALS, 20, 21, 22, 24, 30]  # the batch's union
+    # The specials keep their ids as positions in the sorted candidates: masks by id still apply.
+    assert shortlist.select([[10, 11]])[: len(SPECIALS)] == SPECIALS
+
+
+def test_counting_in_blocks_counts_each_pair_of_sentences_once(tokenizer):
+    one_block = _cooccurrences(SOURCES, TARGETS, tokenizer.tgt_vocab_size)
+    blocks = _cooccurrences(SOURCES, TARGETS, tokenizer.tgt_vocab_size, block=3)
+    for a, b in zip(one_block, blocks):
+        assert a.tolist() == b.tolist()
+    pairs = dict(zip(zip(one_block[0].tolist(), one_block[1].tolist()), one_block[2].tolist()))
+    assert pairs[(10, 20)] == 4 and pairs[(10, 30)] == 4 and pairs[(11, 24)] == 1 and (12, 23) not in pairs
+
+
+def test_coverage_is_the_share_of_reference_subwords_among_the_candidates(tokenizer):
+    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=1, frequent=1)  # 10 -> 20, 11 -> 20, ...
+    result = coverage(shortlist, [[10], [12]], [[20, 21, 30], [99]])
+    assert result.sentences == 2 and result.covered == 2 / 4
+    assert result.mean_candidates == len(shortlist.select([[10]]))  # both sentences get 20 and 30
+
+
+def test_the_file_is_versioned_and_tied_to_its_tokenizer(tokenizer, tmp_path):
+    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=3, frequent=2)
+    path = tmp_path / shortlist.filename()
+    assert path.name == "shortlist.k3.n2.json"
+    shortlist.save(path)
+    assert load_shortlist(path, tokenizer) == shortlist
+
+    stored = json.loads(path.read_text())
+    assert (stored["format"], stored["version"], stored["k"], stored["frequent"]) == (
+        "nmt-shortlist",
+        1,
+        3,
+        2,
+    )
+    other = toy_tokenizer(tmp_path / "other", 100)
+    with pytest.raises(NMTError, match=r"built for another tokenizer \(fingerprint \w+\) than the model's"):
+        load_shortlist(path, other)
+    with pytest.raises(NMTError, match="another tokenizer"):
+        write_vmap(shortlist, other, tmp_path / "vmap.txt")
+
+    path.write_text(json.dumps({**stored, "version": 2}))
+    with pytest.raises(
+        NMTError, match="shortlist format version 2, this nmt reads version 1; build it again"
+    ):
+        load_shortlist(path, tokenizer)
+    path.write_text("{not json")
+    with pytest.raises(NMTError, match="not a shortlist"):
+        load_shortlist(path, tokenizer)
+    with pytest.raises(NMTError, match="shortlist not found"):
+        load_shortlist(tmp_path / "missing.json", tokenizer)
+    with pytest.raises(NMTError, match="k=-1, frequent=2: must be >= 0"):
+        build_shortlist(SOURCES, TARGETS, tokenizer, k=-1, frequent=2)
+
+
+def test_the_vmap_lists_the_always_candidates_then_each_source_subwords(tokenizer, tmp_path):
+    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=2, frequent=1)
+    write_vmap(shortlist, tokenizer, tmp_path / "vmap.txt")
+    lines = (tmp_path / "vmap.txt").read_text(encoding="utf-8").splitlines()
+    src, tgt = tokenizer.src_pieces, tokenizer.tgt_pieces
+    # CTranslate2's format: the source n-gram, a tab, the target tokens separated by spaces; the empty
+    # source's targets are candidates of every batch.
+    assert lines[0] == "\t" + " ".join(tgt([*SPECIALS, 30]))
+    assert lines[1:] == [
+        f"{src([10])[0]}\t{' '.join(tgt([20, 21]))}",
+        f"{src([11])[0]}\t{' '.join(tgt([20, 24]))}",
+        f"{src([12])[0]}\t{' '.join(tgt([20, 21]))}",
+    ]
+
+
+def test_ctranslate2_decodes_within_the_vmap(tokenizer, tmp_path):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from nmt.ct2.export import export_model
+
+    text = prepare_text(ToyDataConfig(cache_dir=str(tmp_path), train_size=300))
+    sources = tokenizer.encode_src(read_lines(text / "train.src"))
+    targets = tokenizer.encode_tgt(read_lines(text / "train.tgt"))
+    shortlist = build_shortlist(sources, targets, tokenizer, k=2, frequent=3)
+    model = tiny_transformer(tokenizer.src_vocab_size, seed=0, max_positions=48)
+    export_model(model, tokenizer, tmp_path / "ct2")
+    write_vmap(shortlist, tokenizer, tmp_path / "ct2" / "vmap.txt")  # what an export with a vmap does
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
+
+    batch = [tokenizer.src_pieces(s) for s in sources[:3]]  # few: their candidates are a small set
+    options = dict(beam_size=2, max_decoding_length=12, min_decoding_length=12)
+    free = translator.translate_batch(batch, **options)
+    within = translator.translate_batch(batch, use_vmap=True, **options)
+    allowed = set(tokenizer.tgt_pieces(shortlist.select(sources[:3])))  # CTranslate2's batch is all 3
+    assert all(set(r.hypotheses[0]) <= allowed for r in within)
+    assert any(not set(r.hypotheses[0]) <= allowed for r in free)  # the random model strays without it
+
+
+def write_checkpoint(tokenizer: Tokenizer, data_dir: Path, path: Path) -> None:
+    """A checkpoint of a random tiny model, trained (so the config says) on the toy task."""
+    cfg = TrainConfig(
+        data=ToyDataConfig(cache_dir=str(data_dir), train_size=300, valid_size=50),
+        model=TransformerConfig(d_model=16, ff_dim=32, heads=2, encoder_layers=1, decoder_layers=1),
+    )
+    model = tiny_transformer(tokenizer.src_vocab_size, seed=0)
+    state = {"format": FORMAT_VERSION, "model": model.state_dict(), "config": to_container(cfg)}
+    atomic_save({**state, "tokenizer": tokenizer.state_dict(), "vocab": dict(model.vocab_sizes)}, path)
+
+
+def test_a_checkpoints_shortlist_is_built_from_its_training_data_and_saved_beside_it(tokenizer, tmp_path):
+    write_checkpoint(tokenizer, tmp_path / "data", tmp_path / "run" / "model.pt")
+    cfg = ShortlistConfig(checkpoint=str(tmp_path / "run" / "model.pt"), k=5, frequent=10)
+    shortlist, path, valid = shortlist_for_checkpoint(cfg, progress=False)
+    assert path == tmp_path / "run" / "shortlist.k5.n10.json" and load_shortlist(path, tokenizer) == shortlist
+    text = tmp_path / "data" / "toy"
+    assert shortlist.pairs == 300 and valid.sentences == 50 and 0.9 < valid.covered <= 1.0
+    (text_dir,) = text.glob("text-*")
+    src = tokenizer.encode_src(read_lines(text_dir / "train.src"))
+    tgt = tokenizer.encode_tgt(read_lines(text_dir / "train.tgt"))
+    assert shortlist == build_shortlist(src, tgt, tokenizer, 5, 10)
+
+
+def test_the_script_writes_the_shortlist_and_the_vmap_and_refuses_in_one_line(tokenizer, tmp_path):
+    write_checkpoint(tokenizer, tmp_path / "data", tmp_path / "model.pt")
+
+    def script(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "scripts" / "build_shortlist.py"),
+                f"checkpoint={tmp_path / 'model.pt'}",
+                *args,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    done = script("k=3", "frequent=4", f"vmap={tmp_path / 'vmap.txt'}")
+    assert done.returncode == 0, done.stderr
+    assert f"-> {tmp_path / 'shortlist.k3.n4.json'}" in done.stdout and "valid: " in done.stdout
+    shortlist = load_shortlist(tmp_path / "shortlist.k3.n4.json", tokenizer)
+    assert (tmp_path / "vmap.txt").read_text(encoding="utf-8").splitlines()[0] == "\t" + " ".join(
+        tokenizer.tgt_pieces(shortlist.always)
+    )
+    wrong = script("data=toy", "data.src_lang=tgt", "data.tgt_lang=src")
+    assert wrong.returncode == 1 and wrong.stderr.strip().splitlines() == [
+        "error: data.src_lang=tgt data.tgt_lang=src: the model translates src -> tgt; "
+        "set data.src_lang and data.tgt_lang to match"
+    ]
