@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from tiny_models import tiny_rnnsearch, tiny_transformer
+from helpers import tiny_rnnsearch, tiny_transformer
 
 from nmt.config import DecodingConfig
 from nmt.decoding import beam_search, greedy_search, pad_batch

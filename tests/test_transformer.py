@@ -160,17 +160,3 @@ def test_cpu_dropout_drops_a_share_p_and_keeps_the_expectation():
     y = drop.train()(x)
     y.sum().backward()
     assert torch.equal(x.grad, (y != 0).float() / 0.7)
-
-
-@pytest.mark.parametrize("kv_heads", [0, 2])
-def test_fused_training_projections_equal_the_separate_inference_ones(kv_heads):
-    from nmt.models.attention import DotProductAttention
-
-    torch.manual_seed(0)
-    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
-    for cross, (key, value) in ((False, (x, x)), (True, (memory, memory))):
-        attn = DotProductAttention(16, 4, dropout=0.0, cross=cross, kv_heads=kv_heads).eval()
-        fused = attn(x, key, value)[0]  # autograd on: one product for what shares an input
-        with torch.no_grad():
-            separate = attn(x, key, value)[0]
-        torch.testing.assert_close(fused, separate)
