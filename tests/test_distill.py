@@ -1,5 +1,5 @@
 """Distillation's parts that need no model: the student preset, the cache key, chunked translation with
-resuming, the checks. End to end with the toy teacher: tests/system/test_distill.py."""
+resuming, the checks. End to end with the toy teacher: tests/system/test_distillation.py."""
 
 from __future__ import annotations
 
