@@ -21,12 +21,15 @@ from nmt.decoding import (
     greedy_search,
     length_penalty,
     pad_batch,
+    score_ids,
     search,
     translate_ids,
 )
+from nmt.errors import NMTError
 from nmt.models import Seq2Seq, Transformer
 from nmt.models import attention as attention_module
 from nmt.models.base import select_sentences
+from nmt.models.ensemble import Ensemble
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 24
@@ -557,3 +560,161 @@ def test_wrappers_do_what_the_tests_need(model, src):
     )
     assert torch.allclose(log_probs.exp().sum(-1), torch.ones(src.size(0)))
     assert (log_probs[:, EOS_ID] < math.log(1e-10)).all()
+
+
+# ------------------------------------------------------------------------------------ target prefixes
+
+PREFIX_SEARCHES = [
+    DecodingConfig(beam_size=1, alpha=0.6),
+    DecodingConfig(beam_size=4, nbest=4, alpha=0.6),
+    DecodingConfig(beam_size=5, alpha=0.0, no_unk=True),
+]
+
+
+@pytest.mark.parametrize("cfg", PREFIX_SEARCHES, ids=["greedy", "beam 4", "beam 5 no_unk"])
+def test_a_prefix_of_the_best_translation_gives_that_translation(model, sources, cfg):
+    """Greedy search takes the same way, exactly. Beam search spends its whole beam on the prefix: it
+    returns the same translation, or one with that start that scores better than the unconstrained
+    search's best (which that search missed: beam search is not exact)."""
+    free = translate_ids(model, sources, cfg, "cpu", CFG.max_positions)
+    for length in (1, 2, 4):
+        prefixes = [hyps[0].tokens[:length] for hyps in free]
+        forced = translate_ids(model, sources, cfg, "cpu", CFG.max_positions, prefixes=prefixes)
+        same = 0
+        for (best, *_), (free_best, *_), prefix in zip(forced, free, prefixes):
+            if best.tokens == free_best.tokens:
+                assert best.log_prob == pytest.approx(free_best.log_prob, abs=1e-5)
+                assert best.score == pytest.approx(free_best.score, abs=1e-5)
+                same += 1
+            else:
+                assert cfg.beam_size > 1 and best.tokens[:length] == prefix and best.score > free_best.score
+        assert same > len(sources) // 2
+
+
+@pytest.mark.parametrize("cfg", PREFIX_SEARCHES, ids=["greedy", "beam 4", "beam 5 no_unk"])
+def test_the_output_starts_with_any_prefix_and_counts_its_log_probabilities(model, src, sources, cfg):
+    free = translate_ids(model, sources, cfg, "cpu", CFG.max_positions)
+    prefixes = [[UNK_ID, 5 + i % 7, 20] for i in range(len(sources))]  # UNK is forced even with no_unk
+    forced = translate_ids(model, sources, cfg, "cpu", CFG.max_positions, prefixes=prefixes)
+    changed = 0
+    for hyps, prefix, row, without in zip(forced, prefixes, src, free):
+        assert len(hyps) == cfg.nbest
+        for h in hyps:
+            assert h.tokens[:3] == prefix
+            assert h.log_prob == pytest.approx(sequence_log_prob(model, row, h.tokens), abs=1e-4)
+            assert not cfg.no_unk or UNK_ID not in h.tokens[3:]
+            assert not {PAD_ID, BOS_ID, EOS_ID} & set(h.tokens)
+        changed += hyps[0].tokens != without[0].tokens
+    assert changed == len(sources)
+
+
+@pytest.mark.parametrize("cfg", PREFIX_SEARCHES, ids=["greedy", "beam 4", "beam 5 no_unk"])
+def test_an_empty_prefix_is_no_prefix(model, sources, cfg):
+    free = translate_ids(model, sources, cfg, "cpu", CFG.max_positions)
+    empty = translate_ids(model, sources, cfg, "cpu", CFG.max_positions, prefixes=[[]] * len(sources))
+    assert as_tuples(empty) == as_tuples(free)
+
+
+@pytest.mark.parametrize("cfg", PREFIX_SEARCHES, ids=["greedy", "beam 4", "beam 5 no_unk"])
+def test_mixed_prefixes_in_a_batch_give_what_each_gives_alone(model, sources, cfg):
+    prefixes = [[], [7], [9, 9], [], [4, 5, 6, 7, 8], [UNK_ID]] * 2
+    batched = translate_ids(model, sources, cfg, "cpu", CFG.max_positions, prefixes=prefixes)
+    for source, prefix, hyps in zip(sources, prefixes, batched):
+        (alone,) = translate_ids(model, [source], cfg, "cpu", CFG.max_positions, prefixes=[prefix])
+        assert [h.tokens for h in hyps] == [h.tokens for h in alone]
+        assert [h.log_prob for h in hyps] == pytest.approx([h.log_prob for h in alone], abs=1e-5)
+        assert all(h.tokens[: len(prefix)] == prefix for h in hyps)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_prefix_as_long_as_the_budget_is_the_whole_output(model, sources, beam_size):
+    cfg = DecodingConfig(beam_size=beam_size, max_len_a=0.0, max_len_b=4)
+    prefixes = [[5, 6, 7, 8]] * 3
+    for (h,), row in zip(translate_ids(model, sources[:3], cfg, "cpu", 64, prefixes=prefixes), sources):
+        assert h.tokens == [5, 6, 7, 8]
+        assert h.log_prob == pytest.approx(
+            sequence_log_prob(model, pad_batch([row], "cpu")[0], h.tokens), abs=1e-4
+        )
+
+
+def test_an_empty_source_with_a_prefix_is_decoded(model, sources):
+    cfg = DecodingConfig(beam_size=3)
+    out = translate_ids(model, [[], [], sources[0]], cfg, "cpu", 64, prefixes=[[], [6, 7], [6, 7]])
+    assert out[0][0].tokens == [] and out[0][0].log_prob == 0.0
+    assert out[1][0].tokens[:2] == [6, 7] and out[1][0].log_prob < 0
+
+
+@pytest.mark.parametrize(
+    ("prefix", "message"),
+    [
+        ([5] * 14, r"target prefix of sentence 2 has 14 tokens, more than its output length budget of 13"),
+        ([5, EOS_ID], r"target prefix of sentence 2: token id 3 is not an output token"),
+        ([BOS_ID], r"target prefix of sentence 2: token id 2 is not an output token"),
+        ([PAD_ID], r"target prefix of sentence 2: token id 0 is not an output token"),
+        ([VOCAB], rf"target prefix of sentence 2: token id {VOCAB} is not an output token"),
+    ],
+)
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_a_prefix_that_cannot_be_forced_is_refused_naming_the_sentence(model, prefix, message, beam_size):
+    """Sentence 2 has 2 tokens (3 with EOS): a budget of int(1.2 * 3 + 10) = 13 tokens."""
+    sources, prefixes = [[5, 6, 7, 8], [5], [9, 10]], [[5], [], prefix]
+    cfg = DecodingConfig(beam_size=beam_size)
+    with pytest.raises(NMTError, match=message) as error:
+        translate_ids(model, sources, cfg, "cpu", CFG.max_positions, prefixes=prefixes)
+    assert "\n" not in str(error.value)
+    with pytest.raises(NMTError, match="2 target prefixes for 3 sentences"):
+        translate_ids(model, sources, cfg, "cpu", CFG.max_positions, prefixes=prefixes[:2])
+    with pytest.raises(NMTError, match="target prefix of sentence 0"):  # the search alone: rows of its batch
+        search(model, pad_batch(sources[2:], "cpu"), cfg, LIMIT, [prefix])
+
+
+# ---------------------------------------------------------------------------------------------- scoring
+
+
+def ensemble_of(trained: Transformer) -> Ensemble:
+    return Ensemble([trained, tiny_transformer(VOCAB, seed=11), tiny_rnnsearch(VOCAB, seed=12)])
+
+
+SCORED_MODELS = {
+    "transformer": lambda trained: trained,
+    "rnnsearch": lambda trained: tiny_rnnsearch(VOCAB, seed=13),
+    "ensemble": ensemble_of,
+    "ensemble of one": lambda trained: Ensemble([trained]),
+}
+
+
+@pytest.mark.parametrize("name", SCORED_MODELS)
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_scoring_the_search_output_gives_its_log_probabilities(model, sources, name, beam_size):
+    scored_model = SCORED_MODELS[name](model)
+    cfg = DecodingConfig(beam_size=beam_size, nbest=beam_size, alpha=0.6, max_len_b=6)
+    nbest = translate_ids(scored_model, sources, cfg, "cpu", CFG.max_positions)
+    pairs = [(s, h) for s, hyps in zip(sources, nbest) for h in hyps]
+    scores = score_ids(scored_model, [s for s, _ in pairs], [h.tokens for _, h in pairs], "cpu", 64, 8000)
+    for (_, h), score in zip(pairs, scores):
+        assert score.log_prob == pytest.approx(h.log_prob, abs=1e-5)
+        assert len(score.token_log_probs) == len(h.tokens) + 1  # EOS's last
+        assert sum(score.token_log_probs) == pytest.approx(score.log_prob, abs=1e-9)
+        assert all(lp <= 0 for lp in score.token_log_probs)
+
+
+def test_scoring_is_one_forward_pass_per_batch_and_batching_changes_nothing(model, sources, monkeypatch):
+    targets = [s[::-1] for s in sources]  # translations the model would not choose
+    expected = [sequence_log_prob(model, row, t) for row, t in zip(pad_batch(sources, "cpu"), targets)]
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *args: calls.append(1) or forward(*args))
+    together = score_ids(model, sources, targets, "cpu", 64, 8000)
+    assert len(calls) == 1
+    apart = score_ids(model, sources, targets, "cpu", 64, 30)
+    assert 1 < len(calls) - 1 < len(sources)
+    assert [s.log_prob for s in together] == pytest.approx(expected, abs=1e-4)
+    assert [s.log_prob for s in apart] == pytest.approx([s.log_prob for s in together], abs=1e-5)
+    assert [len(s.token_log_probs) for s in together] == [len(t) + 1 for t in targets]
+
+
+def test_scoring_refuses_what_it_cannot_score(model, sources):
+    with pytest.raises(NMTError, match="2 targets for 3 sources"):
+        score_ids(model, sources[:3], sources[:2], "cpu", 64, 8000)
+    with pytest.raises(NMTError, match="target 1 has 64 tokens; the model scores at most 63"):
+        score_ids(model, sources[:2], [[5], [5] * 64], "cpu", 64, 8000)

@@ -4,7 +4,8 @@ The k beams of every sentence are rows ``sentence * k + beam`` of one batch, whi
 per step. A step is:
 
 1. the model's next-token log-probabilities for every beam, under the search's rules
-   (:func:`~nmt.decoding.common.constrain`: specials, n-gram blocking, the length budget);
+   (:func:`~nmt.decoding.common.constrain`: specials, n-gram blocking, the length budget, the target
+   prefix);
 2. :func:`extend`: each beam's score plus each token's log-probability; every sentence keeps its 2k
    best (beam, token) candidates;
 3. :meth:`Finished.ending` and :meth:`Finished.record`: the candidates among the top k that end in
@@ -18,19 +19,24 @@ The search owns the layout of the model's state (:func:`reorder`): what the beam
 (a :class:`~nmt.models.base.PerSentence` part, e.g. the cross-attention keys and values) is kept
 once per sentence and only selected when sentences leave. The host learns once per step which
 sentences are done; finished hypotheses stay in tensors until the end.
+
+A target prefix leaves each step one finite candidate per sentence, its next token (the other beams
+are dummies): the search goes through the prefix as a single beam, at the model's log-probabilities,
+then branches out as from the start.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
-from nmt.decoding.common import Hypothesis, constrain, hypothesis, max_lengths
+from nmt.decoding.common import Hypothesis, Prefixes, constrain, hypothesis, max_lengths
 from nmt.models.base import Seq2Seq, State, select_sentences
 from nmt.special import BOS_ID, EOS_ID
 
@@ -198,10 +204,18 @@ def advance(
 
 
 @torch.inference_mode()
-def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) -> list[list[Hypothesis]]:
-    """Batched beam search; returns the ``cfg.nbest`` best hypotheses per sentence, best first."""
+def beam_search(
+    model: Seq2Seq,
+    src: Tensor,
+    cfg: DecodingConfig,
+    limit: int,
+    prefixes: Sequence[Sequence[int]] | None = None,
+) -> list[list[Hypothesis]]:
+    """Batched beam search; returns the ``cfg.nbest`` best hypotheses per sentence, best first, each
+    beginning with the sentence's target prefix when ``prefixes`` (one per row of ``src``) are given."""
     k, batch, device = cfg.beam_size, src.size(0), src.device
     budgets = max_lengths(src, cfg.max_len_a, cfg.max_len_b, limit)
+    forced = Prefixes.of(prefixes, budgets, model.vocab_sizes["tgt"], device)
     beams = Beams.start(budgets, k, device)
     finished = Finished.empty(batch, k, max(budgets), device)
     # k identical beams per sentence, as a batch of one hypothesis per row: the first step computes
@@ -213,7 +227,8 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) ->
         log_probs, state = model.step(beams.tokens, state)
         at_budget = beams.must_end(step)
         must_end = at_budget.repeat_interleave(k) if step >= min(beams.budgets) else None
-        candidates = extend(constrain(log_probs, cfg, beams.history, must_end), beams.scores)
+        prefix = forced.at(step, beams.sentences, k) if forced else None
+        candidates = extend(constrain(log_probs, cfg, beams.history, must_end, prefix), beams.scores)
         ends, count = finished.ending(candidates, beams.sentences)
         chosen = choose_beams(candidates, k)
         done = count.ge(k) | at_budget | ~chosen.scores.isfinite().any(dim=1)

@@ -1,5 +1,6 @@
 """What greedy search, beam search and scoring share: hypotheses and their ranking score, length
-budgets, the rules applied to the model's next-token log-probabilities, batches."""
+budgets, the rules applied to the model's next-token log-probabilities (target prefixes among them),
+batches."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
+from nmt.errors import NMTError
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -74,21 +76,98 @@ def block_repeated_ngrams(log_probs: Tensor, prefixes: Tensor, n: int) -> None:
     log_probs.scatter_(1, ngrams[:, :, -1].masked_fill(~repeats, PAD_ID), -math.inf)
 
 
+@dataclass
+class Forced:
+    """The rows of a step that are inside their target prefix, and the token each must take."""
+
+    rows: Tensor  # (rows,) bool
+    tokens: Tensor  # (rows,) the prefix token at this step (PAD where not forced)
+
+
 def constrain(
     log_probs: Tensor,
     cfg: DecodingConfig,
     history: Tensor | None,
     must_end: Tensor | None,
+    forced: Forced | None,
 ) -> Tensor:
     """The search's rules on the model's next-token log-probabilities (rows, vocab), in place: PAD and
     BOS (UNK with no_unk) are banned, so are repeated n-grams of ``history`` (rows, step; only needed
-    with ``cfg.no_repeat_ngram``), and rows at their length budget (``must_end``, bool) may only end."""
+    with ``cfg.no_repeat_ngram``), rows at their length budget (``must_end``, bool) may only end, and
+    rows inside their target prefix only take its token, at the model's log-probability of it (so that
+    any token can be forced, UNK with no_unk included)."""
+    if forced is not None:
+        model_log_prob = log_probs.gather(1, forced.tokens[:, None])
     log_probs = mask_logits(log_probs, cfg.no_unk)
     if cfg.no_repeat_ngram:
         block_repeated_ngrams(log_probs, history, cfg.no_repeat_ngram)
     if must_end is not None:
         force_eos(log_probs, must_end)
+    if forced is not None:
+        rows = forced.rows[:, None]
+        value = torch.where(rows, model_log_prob, log_probs.gather(1, forced.tokens[:, None]))
+        log_probs.masked_fill_(rows, -math.inf).scatter_(1, forced.tokens[:, None], value)
     return log_probs
+
+
+class Prefixes:
+    """Target prefixes of a batch (lists of token ids, possibly empty) that the search is forced through
+    before it continues freely: padded into (batch, longest) on the device."""
+
+    def __init__(self, prefixes: Sequence[Sequence[int]], device: torch.device | str):
+        self.longest = max(len(p) for p in prefixes)
+        self.lengths = torch.tensor([len(p) for p in prefixes], device=device)
+        self.tokens = torch.full((len(prefixes), self.longest), PAD_ID, dtype=torch.long)
+        for i, p in enumerate(prefixes):
+            self.tokens[i, : len(p)] = torch.tensor(list(p), dtype=torch.long)
+        self.tokens = self.tokens.to(device)
+
+    @classmethod
+    def of(
+        cls,
+        prefixes: Sequence[Sequence[int]] | None,
+        budgets: list[int],
+        vocab: int,
+        device: torch.device | str,
+    ) -> Prefixes | None:
+        """The batch's prefixes, checked (:func:`check_prefixes`); None when there are none to force."""
+        if prefixes is None:
+            return None
+        check_prefixes(prefixes, budgets, vocab, range(len(budgets)))
+        return cls(prefixes, device) if any(prefixes) else None
+
+    def at(self, step: int, sentences: Tensor, rows_per_sentence: int = 1) -> Forced | None:
+        """What is forced at ``step`` for hypothesis rows of ``sentences`` (rows of the batch), each
+        sentence ``rows_per_sentence`` consecutive rows; None once every prefix is over."""
+        if step >= self.longest:
+            return None
+        inside, tokens = self.lengths[sentences] > step, self.tokens[sentences, step]
+        if rows_per_sentence > 1:
+            inside = inside.repeat_interleave(rows_per_sentence)
+            tokens = tokens.repeat_interleave(rows_per_sentence)
+        return Forced(inside, tokens)
+
+
+def check_prefixes(
+    prefixes: Sequence[Sequence[int]], budgets: Sequence[int], vocab: int, sentences: Sequence[int]
+) -> None:
+    """One line naming the sentence (``sentences[i]`` for the i-th prefix) whose prefix cannot be
+    forced: a special id or one outside the target vocabulary, or more tokens than its length budget."""
+    if len(prefixes) != len(budgets):
+        raise NMTError(f"{len(prefixes)} target prefixes for {len(budgets)} sentences: give one per sentence")
+    for prefix, budget, sentence in zip(prefixes, budgets, sentences):
+        bad = [t for t in prefix if not UNK_ID <= t < vocab or t in (BOS_ID, EOS_ID)]
+        if bad:
+            raise NMTError(
+                f"target prefix of sentence {sentence}: token id {bad[0]} is not an output token "
+                f"(ids {UNK_ID} and {EOS_ID + 1}..{vocab - 1})"
+            )
+        if len(prefix) > budget:
+            raise NMTError(
+                f"target prefix of sentence {sentence} has {len(prefix)} tokens, more than its output "
+                f"length budget of {budget} (decoding.max_len_a * source length + decoding.max_len_b, "
+                "within the model's positions)"
+            )
 
 
 def length_sorted_batches(lengths: Sequence[int], max_tokens: int) -> Iterator[list[int]]:

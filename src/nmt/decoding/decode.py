@@ -10,16 +10,22 @@ from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
 from nmt.decoding.beam import beam_search
-from nmt.decoding.common import Hypothesis, length_sorted_batches, pad_batch
+from nmt.decoding.common import Hypothesis, check_prefixes, length_budget, length_sorted_batches, pad_batch
 from nmt.decoding.greedy import greedy_search
 from nmt.models.base import Seq2Seq
 
 
-def search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) -> list[list[Hypothesis]]:
+def search(
+    model: Seq2Seq,
+    src: Tensor,
+    cfg: DecodingConfig,
+    limit: int,
+    prefixes: Sequence[Sequence[int]] | None = None,
+) -> list[list[Hypothesis]]:
     """Greedy when beam_size is 1 (same result, less bookkeeping), beam search otherwise."""
     if cfg.beam_size == 1 and cfg.nbest == 1:
-        return [[h] for h in greedy_search(model, src, cfg, limit)]
-    return beam_search(model, src, cfg, limit)
+        return [[h] for h in greedy_search(model, src, cfg, limit, prefixes)]
+    return beam_search(model, src, cfg, limit, prefixes)
 
 
 @torch.inference_mode()
@@ -29,18 +35,30 @@ def translate_ids(
     cfg: DecodingConfig,
     device: torch.device | str,
     max_positions: int,
+    prefixes: Sequence[Sequence[int]] | None = None,
     progress: bool = False,
 ) -> list[list[Hypothesis]]:
     """Decode many tokenised sentences in length-sorted batches; results in input order.
 
-    Sources longer than the model's positions are truncated (the caller warns). An empty source is
-    not decoded: its translation is empty (log-probability 0), so that an evaluation split keeps all
-    its lines and an empty line is scored as the empty hypothesis, as in ``Translator.translate``.
+    Sources longer than the model's positions are truncated (the caller warns). An empty source
+    without a target prefix is not decoded: its translation is empty (log-probability 0), so that an
+    evaluation split keeps all its lines and an empty line is scored as the empty hypothesis, as in
+    ``Translator.translate``.
+
+    ``prefixes`` (one list of target ids per source, possibly empty) force the start of each
+    translation: every hypothesis begins with its sentence's prefix, whose log-probabilities count in
+    its score. All prefixes are checked before anything is decoded; one that does not fit its
+    sentence's length budget is refused in one line naming the sentence (its index in ``sources``).
     """
     model.eval()
     sources = [list(s[: max_positions - 1]) for s in sources]
-    results: list[list[Hypothesis]] = [[] if s else [Hypothesis([], 0.0, 0.0)] for s in sources]
-    todo = [i for i, s in enumerate(sources) if s]
+    if prefixes is not None:
+        limit = max_positions - 1
+        budgets = [length_budget(len(s) + 1, cfg.max_len_a, cfg.max_len_b, limit) for s in sources]
+        check_prefixes(prefixes, budgets, model.vocab_sizes["tgt"], range(len(sources)))
+    wanted = [bool(s) or bool(prefixes and prefixes[i]) for i, s in enumerate(sources)]
+    results = [[] if want else [Hypothesis([], 0.0, 0.0)] for want in wanted]
+    todo = [i for i, want in enumerate(wanted) if want]
     source_tokens = max(1, cfg.max_tokens // max(cfg.beam_size, 1))  # per batch, before the beam
     batches = list(length_sorted_batches([len(sources[i]) + 1 for i in todo], source_tokens))
     with tqdm(total=len(sources), disable=not progress, desc="decoding", unit="sent") as bar:
@@ -48,7 +66,8 @@ def translate_ids(
         for batch in batches:
             idx = [todo[j] for j in batch]
             src = pad_batch([sources[i] for i in idx], device)
-            for i, hyps in zip(idx, search(model, src, cfg, max_positions - 1)):
+            batch_prefixes = [prefixes[i] for i in idx] if prefixes is not None else None
+            for i, hyps in zip(idx, search(model, src, cfg, max_positions - 1, batch_prefixes)):
                 results[i] = hyps
             bar.update(len(idx))
     return results

@@ -4,26 +4,38 @@ Sentences advance together one token per step; a sentence leaves the batch (and 
 ``reorder``) as soon as it ends, and the search stops when every sentence has. Tokens and
 log-probabilities stay in tensors until the end; the host learns once per step whether a sentence
 ended.
+
+With target prefixes, a sentence's first tokens are its prefix's (at the model's log-probabilities,
+which count in the hypothesis' log-probability), and the search continues freely after them.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
-from nmt.decoding.common import Hypothesis, constrain, hypothesis, max_lengths
+from nmt.decoding.common import Hypothesis, Prefixes, constrain, hypothesis, max_lengths
 from nmt.models.base import Seq2Seq
 from nmt.special import BOS_ID, EOS_ID
 
 
 @torch.inference_mode()
-def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) -> list[Hypothesis]:
-    """Most probable next token at every step (under the search's rules); one hypothesis per sentence."""
+def greedy_search(
+    model: Seq2Seq,
+    src: Tensor,
+    cfg: DecodingConfig,
+    limit: int,
+    prefixes: Sequence[Sequence[int]] | None = None,
+) -> list[Hypothesis]:
+    """Most probable next token at every step (under the search's rules); one hypothesis per sentence,
+    beginning with the sentence's target prefix when ``prefixes`` (one per row of ``src``) are given."""
     batch, device = src.size(0), src.device
     budgets = max_lengths(src, cfg.max_len_a, cfg.max_len_b, limit)
+    forced = Prefixes.of(prefixes, budgets, model.vocab_sizes["tgt"], device)
     budget = torch.tensor(budgets, device=device)
     next_budget = min(budgets)  # the first step at which a live sentence must end
     state = model.init_state(model.encode(src), cache=cfg.cache)
@@ -36,7 +48,8 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) 
         log_probs, state = model.step(tokens, state)
         history = out[alive, :step] if cfg.no_repeat_ngram else None
         must_end = budget[alive] <= step if step >= next_budget else None
-        best, tokens = constrain(log_probs, cfg, history, must_end).max(dim=-1)
+        prefix = forced.at(step, alive) if forced else None
+        best, tokens = constrain(log_probs, cfg, history, must_end, prefix).max(dim=-1)
         out[alive, step] = tokens
         log_prob[alive] += best.double()
         running = tokens.ne(EOS_ID)
