@@ -18,7 +18,16 @@ from tiny_models import tiny_transformer
 
 from nmt.backends import BACKENDS, TorchBackend, load_backend
 from nmt.checkpoint import atomic_save, make_checkpoint
-from nmt.config import DataConfig, DecodingConfig, TokenizerConfig, ToyDataConfig, TrainConfig, to_container
+from nmt.config import (
+    DataConfig,
+    DecodingConfig,
+    DecodingOverrides,
+    ServerLimits,
+    TokenizerConfig,
+    ToyDataConfig,
+    TrainConfig,
+    to_container,
+)
 from nmt.ct2.backend import CT2Backend
 from nmt.decoding import Hypothesis, translate_ids
 from nmt.errors import NMTError
@@ -133,6 +142,29 @@ def test_any_backend_plugs_in_and_sees_only_the_non_empty_sources(translator):
     assert not other.has_attention and translator.has_attention
     with pytest.raises(NMTError, match="^the recorder backend has no attention weights; use backend=torch$"):
         other.attention("the cat sees it", ids[0][::-1])
+
+
+def test_the_service_answers_through_the_translator_whatever_the_backend(translator):
+    """Nothing in the service asks which backend runs: it reports the backend's name, and refuses
+    attention where the Translator has none."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from nmt.serve import create_app
+
+    other = Translator(translator.model, translator.tokenizer, translator.cfg, Recorder(), step=3)
+    limits, decoding = ServerLimits(), translator.decoding_with(DecodingOverrides())
+    with TestClient(create_app(other, limits, decoding)) as client:
+        body = client.post("/translate", json={"text": ["the cat sees it", ""]}).json()
+        refused = client.post("/translate", json={"text": ["the cat"], "attention": True})
+        info = client.get("/info").json()
+    assert body["backend"] == "recorder"
+    assert [t["text"] for t in body["translations"]] == other.translate(["the cat sees it", ""], decoding)
+    assert refused.status_code == 422 and refused.json() == {
+        "error": "attention: the recorder backend has no attention weights; use backend=torch",
+        "field": "attention",
+    }
+    assert info == {**other.info(), "decoding": asdict(decoding), "limits": asdict(limits)}
 
 
 def test_load_backend_checks_its_settings(translator):
