@@ -8,6 +8,7 @@ one runs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -18,6 +19,7 @@ from nmt.ct2.backend import CT2Backend
 from nmt.decoding import Hypothesis, translate_ids
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
+from nmt.shortlist import Shortlist, load_shortlist
 from nmt.tokenizer import Tokenizer
 
 BACKENDS = ("torch", "ct2")
@@ -43,11 +45,23 @@ class TorchBackend:
 
     def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, device: torch.device, max_positions: int):
         self.model, self.tokenizer, self.device, self.max_positions = model, tokenizer, device, max_positions
+        self.shortlists: dict[str, Shortlist] = {}  # by path: each file is read once
+
+    def shortlist(self, path: str | None) -> Shortlist | None:
+        """The shortlist ``decoding.shortlist`` names (checked against the tokenizer), read once."""
+        if path is None:
+            return None
+        if path not in self.shortlists:
+            self.shortlists[path] = load_shortlist(Path(path), self.tokenizer)
+        return self.shortlists[path]
 
     def translate_ids(
         self, sources: Sequence[Sequence[int]], cfg: DecodingConfig, progress: bool = False
     ) -> list[list[Hypothesis]]:
-        return translate_ids(self.model, sources, cfg, self.device, self.max_positions, progress=progress)
+        shortlist = self.shortlist(cfg.shortlist)
+        return translate_ids(
+            self.model, sources, cfg, self.device, self.max_positions, progress=progress, shortlist=shortlist
+        )
 
     def attention(self, src_ids: list[int], hyp: list[int]) -> CrossAttention:
         """Where the model looks while producing ``hyp`` from ``src_ids`` (an ensemble: its first model)."""

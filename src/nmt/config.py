@@ -247,6 +247,13 @@ class DecodingConfig:
     cache: bool = option(True, speed_only=True)  # incremental decoding with a key/value cache
     no_repeat_ngram: int = option(0, NON_NEGATIVE)  # no n-gram twice in a hypothesis (fairseq, HF); 0 = off
     word_reward: float = option(0.0)  # added to a hypothesis' score per token (EOS included); < 0 = penalty
+    # a shortlist file (scripts/build_shortlist.py): score only each sentence's candidate target subwords;
+    # null = the whole vocabulary. A file where the model runs: the service's to set, never a request's
+    shortlist: str | None = option(
+        None,
+        (lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "must be a file or null"),
+        speed_only=True,
+    )
 
 
 DECODING_RULES: dict[str, Rule] = {

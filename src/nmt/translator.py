@@ -104,9 +104,12 @@ class Translator:
     def decoding_with(
         self, overrides: DecodingOverrides, base: DecodingConfig | None = None
     ) -> DecodingConfig:
-        """The checkpoint's (tuned) decoding settings, or ``base``, with what ``overrides`` sets; checked."""
+        """The checkpoint's (tuned) decoding settings, or ``base``, with what ``overrides`` sets; checked
+        (a shortlist is read here, once, so that a wrong one fails before anything is decoded)."""
         decoding = merge_decoding(base or self.cfg.decoding, overrides)
         check_decoding(decoding)
+        if isinstance(self.backend, TorchBackend):
+            self.backend.shortlist(decoding.shortlist)
         return decoding
 
     def encode(self, lines: Sequence[str], first_line: int = 1) -> list[list[int]]:

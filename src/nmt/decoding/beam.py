@@ -23,6 +23,10 @@ sentences are done; finished hypotheses stay in tensors until the end.
 A target prefix leaves each step one finite candidate per sentence, its next token (the other beams
 are dummies): the search goes through the prefix as a single beam, at the model's log-probabilities,
 then branches out as from the start.
+
+With a vocabulary shortlist, the model scores the union of the batch's candidates
+(:class:`~nmt.decoding.common.BatchVocab`), each beam over its sentence's own; :func:`extend` maps the
+chosen positions back to target ids, which is what the beams hold.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
-from nmt.decoding.common import Hypothesis, Prefixes, constrain, hypothesis, max_lengths
+from nmt.decoding.common import BatchVocab, Hypothesis, Prefixes, constrain, hypothesis, max_lengths
 from nmt.models.base import Seq2Seq, State, select_sentences
+from nmt.shortlist import Shortlist
 from nmt.special import BOS_ID, EOS_ID
 
 
@@ -85,12 +90,14 @@ class Candidates:
     tokens: Tensor
 
 
-def extend(log_probs: Tensor, scores: Tensor) -> Candidates:
-    """Every (beam, token) extension of a sentence's beams, scored; the 2k best of each sentence."""
+def extend(log_probs: Tensor, scores: Tensor, ids: Tensor | None = None) -> Candidates:
+    """Every (beam, token) extension of a sentence's beams, scored; the 2k best of each sentence. With
+    a shortlist, column j of ``log_probs`` is target id ``ids[j]``."""
     (n, k), vocab = scores.shape, log_probs.size(-1)
     total = log_probs.view(n, k, vocab).add_(scores[:, :, None]).view(n, k * vocab)  # no new buffer
     top_scores, top_ids = total.topk(min(2 * k, k * vocab), dim=1)
-    return Candidates(top_scores, top_ids // vocab, top_ids % vocab)
+    tokens = top_ids % vocab
+    return Candidates(top_scores, top_ids // vocab, tokens if ids is None else ids[tokens])
 
 
 @dataclass
@@ -210,9 +217,11 @@ def beam_search(
     cfg: DecodingConfig,
     limit: int,
     prefixes: Sequence[Sequence[int]] | None = None,
+    shortlist: Shortlist | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; returns the ``cfg.nbest`` best hypotheses per sentence, best first, each
-    beginning with the sentence's target prefix when ``prefixes`` (one per row of ``src``) are given."""
+    beginning with the sentence's target prefix when ``prefixes`` (one per row of ``src``) are given,
+    made of the sentence's candidates of ``shortlist`` when one is given."""
     k, batch, device = cfg.beam_size, src.size(0), src.device
     budgets = max_lengths(src, cfg.max_len_a, cfg.max_len_b, limit)
     forced = Prefixes.of(prefixes, budgets, model.vocab_sizes["tgt"], device)
@@ -223,12 +232,16 @@ def beam_search(
     # the first reorder keeps one row per sentence of what the beams share.
     rows = torch.arange(batch, device=device).repeat_interleave(k)
     state = model.init_state(model.reorder(model.encode(src), rows), cache=cfg.cache)
+    vocab = BatchVocab.of(shortlist, src, prefixes, model.vocab_sizes["tgt"]) if shortlist else None
+    if vocab is not None:
+        state = model.restrict_output(state, vocab.rows(k))
     for step in itertools.count():
         log_probs, state = model.step(beams.tokens, state)
         at_budget = beams.must_end(step)
         must_end = at_budget.repeat_interleave(k) if step >= min(beams.budgets) else None
         prefix = forced.at(step, beams.sentences, k) if forced else None
-        candidates = extend(constrain(log_probs, cfg, beams.history, must_end, prefix), beams.scores)
+        log_probs = constrain(log_probs, cfg, beams.history, must_end, prefix, vocab)
+        candidates = extend(log_probs, beams.scores, vocab.ids if vocab is not None else None)
         ends, count = finished.ending(candidates, beams.sentences)
         chosen = choose_beams(candidates, k)
         done = count.ge(k) | at_budget | ~chosen.scores.isfinite().any(dim=1)

@@ -1,6 +1,6 @@
 """What greedy search, beam search and scoring share: hypotheses and their ranking score, length
 budgets, the rules applied to the model's next-token log-probabilities (target prefixes among them),
-batches."""
+the target ids a batch is scored over with a vocabulary shortlist, batches."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from torch import Tensor
 
 from nmt.config import DecodingConfig
 from nmt.errors import NMTError
+from nmt.models.base import OutputVocab
+from nmt.shortlist import SPECIALS, Shortlist
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -90,12 +92,20 @@ def constrain(
     history: Tensor | None,
     must_end: Tensor | None,
     forced: Forced | None,
+    vocab: BatchVocab | None = None,
 ) -> Tensor:
     """The search's rules on the model's next-token log-probabilities (rows, vocab), in place: PAD and
     BOS (UNK with no_unk) are banned, so are repeated n-grams of ``history`` (rows, step; only needed
     with ``cfg.no_repeat_ngram``), rows at their length budget (``must_end``, bool) may only end, and
     rows inside their target prefix only take its token, at the model's log-probability of it (so that
-    any token can be forced, UNK with no_unk included)."""
+    any token can be forced, UNK with no_unk included).
+
+    With a shortlist, the columns are the positions of ``vocab.ids``; ``history`` and the forced
+    tokens are target ids (every one among its row's candidates), and the special ids are at their
+    own positions."""
+    if vocab is not None:
+        history = vocab.position[history] if history is not None else None
+        forced = Forced(forced.rows, vocab.position[forced.tokens]) if forced is not None else None
     if forced is not None:
         model_log_prob = log_probs.gather(1, forced.tokens[:, None])
     log_probs = mask_logits(log_probs, cfg.no_unk)
@@ -108,6 +118,62 @@ def constrain(
         value = torch.where(rows, model_log_prob, log_probs.gather(1, forced.tokens[:, None]))
         log_probs.masked_fill_(rows, -math.inf).scatter_(1, forced.tokens[:, None], value)
     return log_probs
+
+
+class BatchVocab:
+    """The target ids a batch is scored over with a vocabulary shortlist (:mod:`nmt.shortlist`): the
+    sorted union of its sentences' candidates, and which of them are each sentence's own.
+
+    A sentence's candidates are the shortlist's for its source subwords (the frequent target subwords
+    and the special ids among them), the special ids again and its target prefix's tokens. The model
+    scores the union once for the batch, but each hypothesis only over its sentence's own candidates
+    (:class:`~nmt.models.base.OutputVocab`), so batching never changes a translation. The special ids
+    0..3 are always in, so sorted they keep their positions. Tokens stay target ids in the search:
+    the model's log-probabilities come in positions of ``ids``, which ``ids`` maps back and
+    ``position`` maps to.
+    """
+
+    def __init__(self, ids: list[int], own: list[set[int]], vocab_size: int, device: torch.device | str):
+        index = {t: i for i, t in enumerate(ids)}
+        self.ids = torch.tensor(ids, dtype=torch.long, device=device)
+        self.position = torch.zeros(vocab_size, dtype=torch.long)  # PAD's position for ids not in
+        self.position[ids] = torch.arange(len(ids))
+        self.position = self.position.to(device)
+        self.allowed = None  # every sentence's candidates are the union's
+        if any(len(candidates) < len(ids) for candidates in own):
+            allowed = torch.zeros(len(own), len(ids), dtype=torch.bool)
+            for i, candidates in enumerate(own):
+                allowed[i, [index[t] for t in candidates]] = True
+            self.allowed = allowed.to(device)
+
+    @classmethod
+    def of(
+        cls, shortlist: Shortlist, src: Tensor, prefixes: Sequence[Sequence[int]] | None, vocab_size: int
+    ) -> BatchVocab:
+        """The candidates of the sentences of ``src`` (a padded batch) and their ``prefixes``."""
+        own = []
+        for i, row in enumerate(src.tolist()):
+            candidates = set(shortlist.select([[t for t in row if t != PAD_ID]]))
+            candidates.update(SPECIALS, prefixes[i] if prefixes is not None else ())
+            own.append(candidates)
+        return cls(sorted(set().union(*own)), own, vocab_size, src.device)
+
+    def rows(self, per_sentence: int) -> OutputVocab:
+        """What the model scores for a state of ``per_sentence`` consecutive rows per sentence."""
+        allowed = self.allowed
+        if allowed is not None and per_sentence > 1:
+            allowed = allowed.repeat_interleave(per_sentence, dim=0)
+        return OutputVocab(self.ids, allowed)
+
+
+def check_shortlist(shortlist: Shortlist, vocab_sizes: dict[str, int]) -> None:
+    """One line when the shortlist was built for vocabularies of other sizes than the model's."""
+    sizes = {"src": len(shortlist.candidates), "tgt": shortlist.tgt_vocab_size}
+    if sizes != vocab_sizes:
+        raise NMTError(
+            f"the shortlist is for vocabularies of {sizes['src']}/{sizes['tgt']} source/target subwords, "
+            f"the model has {vocab_sizes['src']}/{vocab_sizes['tgt']}: build it for this model's tokenizer"
+        )
 
 
 class Prefixes:

@@ -1,4 +1,5 @@
-"""Decoding many tokenised sentences: length-sorted batches, greedy or beam search, input order."""
+"""Decoding many tokenised sentences: length-sorted batches, greedy or beam search, input order,
+optionally over a vocabulary shortlist's candidates."""
 
 from __future__ import annotations
 
@@ -10,9 +11,17 @@ from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
 from nmt.decoding.beam import beam_search
-from nmt.decoding.common import Hypothesis, check_prefixes, length_budget, length_sorted_batches, pad_batch
+from nmt.decoding.common import (
+    Hypothesis,
+    check_prefixes,
+    check_shortlist,
+    length_budget,
+    length_sorted_batches,
+    pad_batch,
+)
 from nmt.decoding.greedy import greedy_search
 from nmt.models.base import Seq2Seq
+from nmt.shortlist import Shortlist
 
 
 def search(
@@ -21,11 +30,12 @@ def search(
     cfg: DecodingConfig,
     limit: int,
     prefixes: Sequence[Sequence[int]] | None = None,
+    shortlist: Shortlist | None = None,
 ) -> list[list[Hypothesis]]:
     """Greedy when beam_size is 1 (same result, less bookkeeping), beam search otherwise."""
     if cfg.beam_size == 1 and cfg.nbest == 1:
-        return [[h] for h in greedy_search(model, src, cfg, limit, prefixes)]
-    return beam_search(model, src, cfg, limit, prefixes)
+        return [[h] for h in greedy_search(model, src, cfg, limit, prefixes, shortlist)]
+    return beam_search(model, src, cfg, limit, prefixes, shortlist)
 
 
 @torch.inference_mode()
@@ -37,6 +47,7 @@ def translate_ids(
     max_positions: int,
     prefixes: Sequence[Sequence[int]] | None = None,
     progress: bool = False,
+    shortlist: Shortlist | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode many tokenised sentences in length-sorted batches; results in input order.
 
@@ -49,8 +60,14 @@ def translate_ids(
     translation: every hypothesis begins with its sentence's prefix, whose log-probabilities count in
     its score. All prefixes are checked before anything is decoded; one that does not fit its
     sentence's length budget is refused in one line naming the sentence (its index in ``sources``).
+
+    With a ``shortlist`` (loaded once by the caller: ``decoding.shortlist`` names its file, which the
+    Translator reads), each sentence is decoded over its own candidates
+    (:class:`~nmt.decoding.common.BatchVocab`), and gets the translation it gets alone.
     """
     model.eval()
+    if shortlist is not None:
+        check_shortlist(shortlist, model.vocab_sizes)
     sources = [list(s[: max_positions - 1]) for s in sources]
     if prefixes is not None:
         limit = max_positions - 1
@@ -67,7 +84,8 @@ def translate_ids(
             idx = [todo[j] for j in batch]
             src = pad_batch([sources[i] for i in idx], device)
             batch_prefixes = [prefixes[i] for i in idx] if prefixes is not None else None
-            for i, hyps in zip(idx, search(model, src, cfg, max_positions - 1, batch_prefixes)):
+            found = search(model, src, cfg, max_positions - 1, batch_prefixes, shortlist)
+            for i, hyps in zip(idx, found):
                 results[i] = hyps
             bar.update(len(idx))
     return results

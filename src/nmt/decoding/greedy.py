@@ -7,6 +7,9 @@ ended.
 
 With target prefixes, a sentence's first tokens are its prefix's (at the model's log-probabilities,
 which count in the hypothesis' log-probability), and the search continues freely after them.
+
+With a vocabulary shortlist, each sentence chooses among its own candidates
+(:class:`~nmt.decoding.common.BatchVocab`); the model scores their union for the batch.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
-from nmt.decoding.common import Hypothesis, Prefixes, constrain, hypothesis, max_lengths
+from nmt.decoding.common import BatchVocab, Hypothesis, Prefixes, constrain, hypothesis, max_lengths
 from nmt.models.base import Seq2Seq
+from nmt.shortlist import Shortlist
 from nmt.special import BOS_ID, EOS_ID
 
 
@@ -30,15 +34,20 @@ def greedy_search(
     cfg: DecodingConfig,
     limit: int,
     prefixes: Sequence[Sequence[int]] | None = None,
+    shortlist: Shortlist | None = None,
 ) -> list[Hypothesis]:
     """Most probable next token at every step (under the search's rules); one hypothesis per sentence,
-    beginning with the sentence's target prefix when ``prefixes`` (one per row of ``src``) are given."""
+    beginning with the sentence's target prefix when ``prefixes`` (one per row of ``src``) are given,
+    among the sentence's candidates of ``shortlist`` when one is given."""
     batch, device = src.size(0), src.device
     budgets = max_lengths(src, cfg.max_len_a, cfg.max_len_b, limit)
     forced = Prefixes.of(prefixes, budgets, model.vocab_sizes["tgt"], device)
     budget = torch.tensor(budgets, device=device)
     next_budget = min(budgets)  # the first step at which a live sentence must end
     state = model.init_state(model.encode(src), cache=cfg.cache)
+    vocab = BatchVocab.of(shortlist, src, prefixes, model.vocab_sizes["tgt"]) if shortlist else None
+    if vocab is not None:
+        state = model.restrict_output(state, vocab.rows(1))
     alive = torch.arange(batch, device=device)
     tokens = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     out = torch.zeros(batch, max(budgets) + 1, dtype=torch.long, device=device)  # EOS included
@@ -49,7 +58,9 @@ def greedy_search(
         history = out[alive, :step] if cfg.no_repeat_ngram else None
         must_end = budget[alive] <= step if step >= next_budget else None
         prefix = forced.at(step, alive) if forced else None
-        best, tokens = constrain(log_probs, cfg, history, must_end, prefix).max(dim=-1)
+        best, tokens = constrain(log_probs, cfg, history, must_end, prefix, vocab).max(dim=-1)
+        if vocab is not None:
+            tokens = vocab.ids[tokens]
         out[alive, step] = tokens
         log_prob[alive] += best.double()
         running = tokens.ne(EOS_ID)

@@ -3,7 +3,8 @@
 Training calls ``model(src, tgt_in, keep)``. Greedy and beam search use only ``encode``,
 ``init_state``, ``step`` and ``reorder``, so a Transformer (key/value cache in the state) and
 RNNsearch (hidden state in the state) share one search implementation; scoring given translations
-uses ``teacher_forced_log_probs``.
+uses ``teacher_forced_log_probs``. With a vocabulary shortlist the search also calls
+``restrict_output``: from then on ``step`` scores only the target ids of an :class:`OutputVocab`.
 
 The decoding state is a nest of dicts/lists of tensors whose first dimension is the hypothesis.
 What the hypotheses of one sentence share because it depends on the source alone (the encoder
@@ -15,6 +16,8 @@ sentences stay: :func:`select_sentences`), and ``reorder(state, beam_indices)`` 
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -44,10 +47,33 @@ class PerSentence(dict):
         return PerSentence({**self, **parts}, self.beams)
 
 
+@dataclass(frozen=True, eq=False)
+class OutputVocab:
+    """The target ids a search scores when not all of them (a vocabulary shortlist's candidates).
+
+    ``step`` then returns log-probabilities over ``ids`` alone (column i is target id ``ids[i]``), each
+    hypothesis row normalised over its own candidates (``allowed``) and -inf elsewhere, so that a
+    sentence gets the same numbers whichever sentences share its batch.
+    """
+
+    ids: Tensor  # (n,) ascending target ids; the special ids 0..3 are in, at positions 0..3
+    allowed: Tensor | None  # (hypotheses, n) bool: each row's own candidates; None = all n for every row
+
+
+@dataclass(frozen=True, eq=False)
+class OutputRows:
+    """The output layer's rows of an :class:`OutputVocab`, taken once: the same for every hypothesis, so
+    not a tensor of the state that ``reorder`` would index (it passes through as it is)."""
+
+    weight: Tensor  # (n, hidden)
+    bias: Tensor | None  # (n,)
+
+
 class Seq2Seq(nn.Module):
     """Base class of the encoder-decoder models."""
 
     vocab_sizes: dict[str, int]  # {"src": ..., "tgt": ...}, checked when loading checkpoints
+    output: nn.Linear  # the projection onto the target vocabulary (rows = target ids)
 
     def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
         """Teacher-forced logits (batch, tgt_len, vocab); only at positions ``keep`` (N, vocab) when given."""
@@ -69,6 +95,25 @@ class Seq2Seq(nn.Module):
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
         """Feed the last target token (batch,) and return log-probabilities (batch, vocab) in fp32."""
         raise NotImplementedError
+
+    def restrict_output(self, state: State, vocab: OutputVocab) -> State:
+        """The decoding state whose ``step`` scores only ``vocab.ids`` (see :class:`OutputVocab`): the
+        output layer's rows of those ids, and each hypothesis' own candidates, which ``reorder`` moves
+        with it. Called once, after ``init_state``."""
+        bias = self.output.bias
+        rows = OutputRows(self.output.weight[vocab.ids], None if bias is None else bias[vocab.ids])
+        return {**state, "output": {"rows": rows, "allowed": vocab.allowed}}
+
+    def output_log_probs(self, hidden: Tensor, state: State) -> Tensor:
+        """fp32 log-probabilities of the next token from the decoder's output ``hidden`` (rows, dim): over
+        the whole target vocabulary, or over the ids of ``restrict_output``."""
+        if "output" not in state:
+            return log_softmax_fp32(self.output(hidden))
+        restricted = state["output"]
+        logits = nn.functional.linear(hidden, restricted["rows"].weight, restricted["rows"].bias)
+        if restricted["allowed"] is not None:
+            logits = logits.masked_fill(~restricted["allowed"], -math.inf)
+        return log_softmax_fp32(logits)
 
     def reorder(self, state: State, beam_indices: Tensor) -> State:
         """The state of the hypotheses ``beam_indices`` (rows of the current state, in their new order):

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt.errors import NMTError
-from nmt.models.base import Seq2Seq, State
+from nmt.models.base import OutputVocab, Seq2Seq, State
 
 
 def mean_of_probabilities(log_probs: list[Tensor]) -> Tensor:
@@ -46,6 +46,10 @@ class Ensemble(Seq2Seq):
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
         steps = [m.step(tokens, s) for m, s in zip(self.models, state["members"])]
         return mean_of_probabilities([lp for lp, _ in steps]), {"members": [s for _, s in steps]}
+
+    def restrict_output(self, state: State, vocab: OutputVocab) -> State:
+        members = zip(self.models, state["members"])
+        return {"members": [m.restrict_output(s, vocab) for m, s in members]}
 
     def reorder(self, state: State, beam_indices: Tensor) -> State:
         members = zip(self.models, state["members"])

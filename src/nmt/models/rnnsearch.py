@@ -22,7 +22,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import RNNSearchConfig
 from nmt.models.attention import additive_scores, softmax_combine
-from nmt.models.base import Seq2Seq, State, log_softmax_fp32
+from nmt.models.base import Seq2Seq, State
 from nmt.special import PAD_ID
 
 
@@ -95,7 +95,7 @@ class RNNSearch(Seq2Seq):
         states, contexts, _ = self._teacher_force(self.encode(src), emb)
         if keep is not None:
             states, emb, contexts = states[keep], emb[keep], contexts[keep]
-        return self._logits(states, emb, contexts)
+        return self.output(self._readout(states, emb, contexts))
 
     def _teacher_force(
         self, encoded: State, emb: Tensor, need_weights: bool = False
@@ -121,11 +121,12 @@ class RNNSearch(Seq2Seq):
         s = self.cell(torch.cat([emb, context], dim=-1), state["s"])
         return s, context, weights
 
-    def _logits(self, s: Tensor, emb: Tensor, context: Tensor) -> Tensor:
-        """Deep output: maxout over pairs of t~ (or tanh without maxout), dropout, then the vocabulary."""
+    def _readout(self, s: Tensor, emb: Tensor, context: Tensor) -> Tensor:
+        """Deep output: maxout over pairs of t~ (or tanh without maxout), dropout; ``self.output``
+        projects it onto the vocabulary."""
         t = self.readout(torch.cat([s, emb, context], dim=-1))
         t = t.unflatten(-1, (-1, 2)).amax(dim=-1) if self.cfg.maxout else torch.tanh(t)
-        return self.output(self.dropout(t))
+        return self.dropout(t)
 
     # ------------------------------------------------------------------------------------- search
     def encode(self, src: Tensor) -> State:
@@ -153,7 +154,7 @@ class RNNSearch(Seq2Seq):
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
         emb = self.dropout(self.tgt_embed(tokens))
         s, context, _ = self._advance(emb, state)
-        return log_softmax_fp32(self._logits(s, emb, context)), {**state, "s": s}
+        return self.output_log_probs(self._readout(s, emb, context), state), {**state, "s": s}
 
     def cross_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """The alignment matrix as (layers=1, batch, heads=1, tgt_len, src_len)."""

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from nmt.config import TransformerConfig, check_model
 from nmt.models.attention import build_attention
-from nmt.models.base import PerSentence, Seq2Seq, State, log_softmax_fp32
+from nmt.models.base import PerSentence, Seq2Seq, State
 from nmt.special import PAD_ID
 
 
@@ -258,7 +258,7 @@ class Transformer(Seq2Seq):
         prefix = torch.cat([state["prefix"], tokens[:, None]], dim=1)
         if "self" not in state:
             x = self._decode(prefix, state["memory"], state["memory_pad"])
-            return log_softmax_fp32(self.output(x[:, -1])), {**state, "prefix": prefix}
+            return self.output_log_probs(x[:, -1], state), {**state, "prefix": prefix}
         sentence = state["sentence"]
         x = self._decode(
             tokens[:, None],
@@ -268,7 +268,7 @@ class Transformer(Seq2Seq):
             offset=prefix.size(1) - 1,
         )
         sentence = sentence.with_parts(memory=None)  # now inside the cross-attention caches
-        return log_softmax_fp32(self.output(x[:, -1])), {**state, "prefix": prefix, "sentence": sentence}
+        return self.output_log_probs(x[:, -1], state), {**state, "prefix": prefix, "sentence": sentence}
 
     def cross_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         memory, pad = self._encode(src)
