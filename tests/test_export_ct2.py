@@ -114,7 +114,9 @@ def test_exported_model_scores_like_pytorch(spm_models, tmp_path, norm_first, po
     tokenizer = spm_models["separate" if vocab == "separate" else "joint"]
     cfg = replace(TINY, norm_first=norm_first, positional=positional, share_embeddings=vocab == "joint-tied")
     model = random_model(cfg, tokenizer)
-    backend = CT2Backend(export_model(model, tokenizer, tmp_path / "ct2"), tokenizer, threads=1)
+    backend = CT2Backend(
+        export_model(model, tokenizer, tmp_path / "ct2"), tokenizer, inter_threads=1, intra_threads=1
+    )
 
     text = spm_models["text"]
     sources = tokenizer.encode_src(text[:6])  # different lengths: padded batches on both sides
@@ -122,7 +124,7 @@ def test_exported_model_scores_like_pytorch(spm_models, tmp_path, norm_first, po
     # Long enough to use positions far from 0 (the tables must line up everywhere).
     sources.append(tokenizer.encode_src([" ".join(text[20:26])])[0][: TINY.max_positions - 1])
     targets.append(tokenizer.encode_tgt([" ".join(text[30:36])])[0][: TINY.max_positions - 1])
-    got = backend.score_ids(sources, targets)
+    got = backend.score_ids(sources, targets, max_tokens=1000)
     for src, tgt, ct2_scores in zip(sources, targets, got):
         assert ct2_scores == pytest.approx(torch_log_probs(model, src, tgt), abs=2e-4)
 
@@ -154,7 +156,7 @@ def test_quantized_export_leaves_the_model_alone(spm_models, tmp_path):
     )
     for quantization in ("int8", "float16"):
         backend = CT2Backend(export_model(model, tokenizer, tmp_path / quantization, quantization), tokenizer)
-        scores = backend.score_ids(sources, targets)
+        scores = backend.score_ids(sources, targets, max_tokens=1000)
         assert [len(s) for s in scores] == [len(t) + 1 for t in targets]
         assert all(math.isfinite(x) and x <= 0 for s in scores for x in s)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -167,7 +169,9 @@ def test_greedy_decoding_of_a_random_model_matches(spm_models, tmp_path):
     """A random model runs every sentence to its length budget: the cut-and-rescore path."""
     tokenizer = spm_models["joint"]
     model = random_model(TINY, tokenizer)
-    backend = CT2Backend(export_model(model, tokenizer, tmp_path / "ct2"), tokenizer, threads=1)
+    backend = CT2Backend(
+        export_model(model, tokenizer, tmp_path / "ct2"), tokenizer, inter_threads=1, intra_threads=1
+    )
     sources = tokenizer.encode_src(spm_models["text"][:12])
     cfg = DecodingConfig(beam_size=1, max_len_a=1.0, max_len_b=2)
     ours = translate_ids(model, sources, cfg, "cpu", TINY.max_positions)
@@ -190,7 +194,10 @@ def looping(spm_models, tmp_path_factory):
     tokenizer = spm_models["joint"]
     model = random_model(TINY, tokenizer, seed=3)
     backend = CT2Backend(
-        export_model(model, tokenizer, tmp_path_factory.mktemp("ct2") / "m"), tokenizer, threads=1
+        export_model(model, tokenizer, tmp_path_factory.mktemp("ct2") / "m"),
+        tokenizer,
+        inter_threads=1,
+        intra_threads=1,
     )
     return model, backend, tokenizer.encode_src(spm_models["text"][:30])
 
@@ -232,6 +239,45 @@ def test_backend_returns_nbest_hypotheses_ranked_by_our_score(spm_models, tmp_pa
     for src, nbest in zip(sources, hyps):
         assert len(nbest) == 3 and [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
         assert all(len(h.tokens) <= int(0.5 * (len(src) + 1) + 3) for h in nbest)
+
+
+@pytest.fixture(scope="module")
+def early_ending(spm_models, tmp_path_factory):
+    """A random model whose EOS is likely from the first step on (its output row raised), so that beams
+    end at many different lengths and CTranslate2's own length penalty decides which ended hypotheses it
+    keeps; its CTranslate2 backend (1 thread); 60 short sources and one long one."""
+    tokenizer = spm_models["joint"]
+    model = random_model(replace(TINY, share_embeddings=False), tokenizer, seed=1)
+    with torch.no_grad():
+        model.output.weight[EOS_ID] += 1.2
+    backend = CT2Backend(
+        export_model(model, tokenizer, tmp_path_factory.mktemp("ct2") / "m"),
+        tokenizer,
+        inter_threads=1,
+        intra_threads=1,
+    )
+    sources = sorted(tokenizer.encode_src(spm_models["text"][:200]), key=len)
+    return backend, sources[:60], sources[-1]
+
+
+def test_a_sentence_decodes_alike_whatever_else_is_in_the_call(early_ending):
+    """Each sentence alone, beside one long sentence, and all in one call (shuffled, with the long one):
+    the same n-best lists. (A call with one length penalty and budget for all, from the mean and the
+    longest source, changed 12 of these 60 best translations.)"""
+    backend, short, long = early_ending
+    cfg = DecodingConfig(beam_size=4, nbest=2, alpha=2.0, max_len_a=1.0, max_len_b=3)
+    alone = [backend.translate_ids([s], cfg)[0] for s in short]
+    assert len({len(nbest[0].tokens) for nbest in alone}) >= 4  # ends at many lengths: the penalty matters
+    beside_long = [backend.translate_ids([s, long], cfg)[0] for s in short]
+    order = random.Random(0).sample(range(len(short)), len(short))
+    shuffled = backend.translate_ids([long, *(short[i] for i in order)], cfg)[1:]
+    together = [None] * len(short)
+    for i, nbest in zip(order, shuffled):
+        together[i] = nbest
+    for one, *others in zip(alone, beside_long, together):
+        for other in others:
+            assert [h.tokens for h in other] == [h.tokens for h in one]
+            assert [h.score for h in other] == pytest.approx([h.score for h in one], abs=1e-5)
 
 
 def test_backend_refuses_a_model_exported_with_another_tokenizer(spm_models, tmp_path):

@@ -42,7 +42,7 @@ def exported(toy, toy_run, tmp_path_factory) -> Path:
 def setup(toy_run, exported):
     """The PyTorch translator, the CTranslate2 backend and the tokenised test + valid sources."""
     translator = Translator.from_checkpoint(str(toy_run.checkpoints / "last.pt"), torch.device("cpu"))
-    backend = CT2Backend(exported, translator.tokenizer, threads=1)
+    backend = CT2Backend(exported, translator.tokenizer, inter_threads=1, intra_threads=1)
     text = prepare_text(toy_run.cfg.data, progress=False)
     sources = translator.tokenizer.encode_src(read_lines(text / "test.src") + read_lines(text / "valid.src"))
     return translator, backend, sources
@@ -70,25 +70,28 @@ def test_beam_search_agrees_on_almost_every_sentence(setup):
     assert same >= 0.99 * len(ours)
 
 
-def test_sentences_that_end_before_their_budget_take_one_call(setup, monkeypatch):
-    """CTranslate2 sorts and batches the whole input itself: one call with the largest length budget,
-    and a second search only for the sentences that came within a step of their own budget."""
+def test_a_sentence_decodes_alike_alone_and_among_others(setup, monkeypatch):
+    """CTranslate2 takes one length penalty and one length budget per call, and both follow from the
+    source length: each call holds sources of one length, so a sentence's n-best list is the same
+    alone as among all 400 test sentences."""
     translator, backend, sources = setup
-    calls: list[int] = []
+    calls: list[set[int]] = []
     ct2 = backend.translator
 
     def translate_batch(batch, **kwargs):
-        calls.append(len(batch))
+        calls.append({len(s) for s in batch})
         return ct2.translate_batch(batch, **kwargs)
 
     monkeypatch.setattr(
         backend, "translator", SimpleNamespace(translate_batch=translate_batch, score_batch=ct2.score_batch)
     )
-    cfg = translator.cfg.decoding
-    ours = translate_ids(translator.model, sources, cfg, "cpu", translator.cfg.model.max_positions)
-    theirs = backend.translate_ids(sources, cfg)
-    assert calls[0] == len(sources) and sum(calls[1:]) <= 0.05 * len(sources)
-    assert sum(a[0].tokens == b[0].tokens for a, b in zip(ours, theirs)) >= 0.99 * len(ours)
+    cfg = replace(translator.cfg.decoding, nbest=3)
+    together = backend.translate_ids(sources, cfg)
+    assert len(calls) == len({len(s) for s in sources}) and all(len(lengths) == 1 for lengths in calls)
+    for i in range(0, len(sources), 10):
+        alone = backend.translate_ids([sources[i]], cfg)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in together[i]], abs=1e-5)
 
 
 def test_translate_script_with_the_ct2_backend(toy, toy_run, exported, setup, tmp_path):
@@ -140,7 +143,7 @@ def test_a_quantized_model_translates_like_the_full_precision_one(
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    quantized = CT2Backend(output, translator.tokenizer, threads=1)
+    quantized = CT2Backend(output, translator.tokenizer, inter_threads=1, intra_threads=1)
     cfg = replace(translator.cfg.decoding, beam_size=1)
     exact, close = full.translate_ids(sources, cfg), quantized.translate_ids(sources, cfg)
     same = sum(a[0].tokens == b[0].tokens for a, b in zip(exact, close))

@@ -12,9 +12,12 @@ model hardly ever needs: benchmark a checkpoint for representative ratios.
 from __future__ import annotations
 
 import logging
+import re
+import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,10 +26,11 @@ import torch
 
 from nmt.checkpoint import checkpoint_config, load_checkpoint
 from nmt.config import BenchConfig, DecodingConfig, TrainConfig
-from nmt.ct2.backend import CT2Backend
+from nmt.ct2.backend import CT2Backend, ct2_length_penalty, length_budget
 from nmt.ct2.export import check_exportable, check_quantization, export_model
 from nmt.ct2.format import require_ctranslate2
 from nmt.decoding import Hypothesis
+from nmt.errors import NMTError
 from nmt.models import Transformer
 from nmt.tokenizer import Tokenizer
 
@@ -57,7 +61,7 @@ def measure_ct2(
     with tempfile.TemporaryDirectory() as scratch:
         for quantization in bench.ct2_quantizations:
             model_dir = export_model(model, tokenizer, Path(scratch) / quantization, quantization)
-            backend = CT2Backend(model_dir, tokenizer, device, threads=torch.get_num_threads())
+            backend = CT2Backend(model_dir, tokenizer, device)  # the thread layout backend=ct2 uses
             for _, beam in searches:  # warm up, as the PyTorch measurement does
                 backend.translate_ids(sources[:32], replace(decoding, beam_size=beam, nbest=1))
             for name, beam in searches:
@@ -95,4 +99,164 @@ def format_ct2(ct2: dict[str, Any]) -> list[str]:
             f"{r['search']:<10}{r['quantization']:>14}{r['sentences_per_s']:>10.1f}{r['tgt_tokens_per_s']:>10.0f}"
             f"{r['seconds']:>10.2f}{r['speedup_over_torch']:>8.2f}x{100 * r['same_as_torch']:>7.1f}%"
         )
+    return out
+
+
+# --------------------------------------------------- backend=ct2 against CTranslate2 called directly
+
+VARIANTS = ("direct", "direct per length", "backend")
+
+
+def parse_layout(text: str) -> tuple[int, int]:
+    """``"2x1"`` -> (inter_threads, intra_threads)."""
+    match = re.fullmatch(r"(\d+)x(\d+)", text)
+    if not match or "0" in match.groups():
+        raise NMTError(f"layouts: {text!r} is not INTERxINTRA with both >= 1, e.g. 2x1")
+    return int(match[1]), int(match[2])
+
+
+def direct(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig) -> list[list[str]]:
+    """The one call a CTranslate2 user makes for ``cfg``: every sentence, the largest length budget,
+    the length penalty for the mean length, the best hypothesis each."""
+    lengths = [len(p) + 1 for p in pieces]
+    results = backend.translator.translate_batch(
+        pieces,
+        beam_size=cfg.beam_size,
+        length_penalty=ct2_length_penalty(cfg.alpha, round(statistics.mean(lengths))),
+        max_decoding_length=max(length_budget(n, cfg, backend.max_positions - 1) for n in lengths),
+        disable_unk=cfg.no_unk,
+        suppress_sequences=backend.suppress,
+        return_scores=True,
+        max_batch_size=backend._batch_tokens(cfg),
+        batch_type="tokens",
+    )
+    return [r.hypotheses[0] for r in results]
+
+
+def direct_per_length(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig) -> list[list[str]]:
+    """What backend=ct2 asks of CTranslate2 (one call per source length, with its penalty and budget,
+    all queued at once, every finished hypothesis), without turning the answers into ours."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, p in enumerate(pieces):
+        groups[len(p)].append(i)
+    calls = []
+    for n, idx in sorted(groups.items(), key=lambda item: -item[0] * len(item[1])):
+        calls.append(
+            backend.translator.translate_batch(
+                [pieces[i] for i in idx],
+                asynchronous=True,
+                beam_size=cfg.beam_size,
+                num_hypotheses=cfg.beam_size,
+                length_penalty=ct2_length_penalty(cfg.alpha, n + 1),
+                max_decoding_length=length_budget(n + 1, cfg, backend.max_positions - 1),
+                disable_unk=cfg.no_unk,
+                suppress_sequences=backend.suppress,
+                return_scores=True,
+                max_batch_size=backend._batch_tokens(cfg),
+                batch_type="tokens",
+            )
+        )
+    return [pending.result().hypotheses[0] for call in calls for pending in call]
+
+
+def time_variants(
+    backend: CT2Backend, sources: list[list[int]], cfg: DecodingConfig, order: Sequence[str], warmup: int
+) -> dict[str, tuple[float, float]]:
+    """Wall-clock and process CPU seconds of each variant decoding ``sources`` on ``backend``'s
+    translator, after a warm-up."""
+    pieces = [[backend.src_pieces[i] for i in s] for s in sources]  # what a direct user feeds
+    runs: dict[str, Callable[[list[list[int]], list[list[str]]], Any]] = {
+        "direct": lambda ids, text: direct(backend, text, cfg),
+        "direct per length": lambda ids, text: direct_per_length(backend, text, cfg),
+        "backend": lambda ids, text: backend.translate_ids(ids, cfg),
+    }
+    for run in runs.values():
+        run(sources[:warmup], pieces[:warmup])
+    seconds = {}
+    for variant in order:
+        wall, cpu = time.perf_counter(), time.process_time()
+        runs[variant](sources, pieces)
+        seconds[variant] = (time.perf_counter() - wall, time.process_time() - cpu)
+    return seconds
+
+
+def compare_with_direct(
+    model_dir: str | Path,
+    tokenizer: Tokenizer,
+    sources: Sequence[Sequence[int]],
+    cfg: DecodingConfig,
+    layouts: Sequence[tuple[int, int]],
+    repeats: int,
+    warmup: int = 50,
+) -> dict[str, Any]:
+    """:data:`VARIANTS` per thread layout, side by side: each repeat builds each layout's translator
+    afresh, warms it up on ``warmup`` sentences and times the variants in rotating order, so load
+    changes on a shared machine hit all alike.
+
+    Ratios are direct seconds / backend seconds (>= 1: backend=ct2 is as fast), medians over repeats of
+    per-repeat ratios. CPU seconds are the least load-sensitive measure where ``intra_threads`` is 1
+    (with more, OpenMP threads spin while they wait, which counts as CPU time)."""
+    sources = [list(s) for s in sources]
+    wall: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    cpu: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in range(repeats):
+        order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
+        for inter, intra in layouts:
+            backend = CT2Backend(model_dir, tokenizer, "cpu", inter_threads=inter, intra_threads=intra)
+            for variant, (w, c) in time_variants(backend, sources, cfg, order, warmup).items():
+                wall[f"{inter}x{intra}"][variant].append(w)
+                cpu[f"{inter}x{intra}"][variant].append(c)
+
+    def ratio(times: dict[str, list[float]], variant: str) -> float:
+        return statistics.median(d / b for d, b in zip(times[variant], times["backend"]))
+
+    rows = []
+    for name, by_variant in wall.items():
+        row: dict[str, Any] = {"layout": name}
+        for variant in VARIANTS:
+            row[f"{variant} s"] = statistics.median(by_variant[variant])
+            row[f"{variant} s min"] = min(by_variant[variant])  # the least disturbed run
+            row[f"{variant} s all"] = [round(x, 3) for x in by_variant[variant]]
+            row[f"{variant} cpu s"] = statistics.median(cpu[name][variant])
+        for variant in ("direct", "direct per length"):
+            row[f"backend / {variant}"] = ratio(by_variant, variant)
+            row[f"backend / {variant} cpu"] = ratio(cpu[name], variant)
+        rows.append(row)
+    best = min(rows, key=lambda row: row["backend s"])["layout"]
+    fastest = [min(wall[name]["direct"][r] for name in wall) for r in range(repeats)]
+    return {
+        "sentences": len(sources),
+        "repeats": repeats,
+        "decoding": vars(cfg),
+        "rows": rows,
+        "fastest_backend_layout": best,
+        "fastest_direct_layout": min(rows, key=lambda row: row["direct s"])["layout"],
+        # per repeat: backend=ct2 at its fastest layout against the fastest direct call at any layout
+        "backend_over_fastest_direct": statistics.median(
+            d / b for d, b in zip(fastest, wall[best]["backend"])
+        ),
+    }
+
+
+def format_direct(result: dict[str, Any]) -> list[str]:
+    """The table of :func:`compare_with_direct`: seconds per layout and variant (median, and the least
+    disturbed run), and backend=ct2's speed over each direct variant."""
+    out = [
+        f"backend=ct2 against CTranslate2 called directly: {result['sentences']} sentences, "
+        f"beam {result['decoding']['beam_size']}, {result['repeats']} repeats; seconds median (min)",
+        f"{'layout':<8}{'direct':>16}{'direct per length':>20}{'backend=ct2':>16}"
+        f"{'vs direct':>11}{'vs per len':>12}{'CPU: direct':>12}{'per len':>12}",
+    ]
+    for row in result["rows"]:
+        cells = "".join(
+            f"{row[f'{v} s']:>{w - 7}.2f} ({row[f'{v} s min']:.2f})" for v, w in zip(VARIANTS, (16, 20, 16))
+        )
+        ratios = f"{row['backend / direct']:>10.2f}x{row['backend / direct per length']:>11.2f}x"
+        cpu = f"{row['backend / direct cpu']:>10.2f}x{row['backend / direct per length cpu']:>11.2f}x"
+        out.append(f"{row['layout']:<8}{cells}{ratios}{cpu}")
+    speed = result["backend_over_fastest_direct"]
+    out.append(
+        f"fastest layout: backend=ct2 {result['fastest_backend_layout']}, direct "
+        f"{result['fastest_direct_layout']}; backend=ct2 there at {speed:.2f}x the fastest direct call"
+    )
     return out

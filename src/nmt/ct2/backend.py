@@ -6,12 +6,19 @@ through it evaluation) chooses a backend with one argument (``backend=torch|ct2`
 
 The searches are the same procedure: greedy, or beam search that keeps the 2k best extensions per
 step, finishes those among the first k that end in EOS, and is done with k finished hypotheses or at
-the length budget ``max_len_a * src_len + max_len_b``. CTranslate2 has one ``max_decoding_length``
-per call: all sentences go in one call (CTranslate2 sorts and batches them itself) with the largest
-budget, and the few whose search came within one step of their own budget are searched again, grouped
-by budget, which gives what a call with their budget gives (a search that ended earlier never saw the
-budget). Both rank beams by plain log-probability and length-normalise only the finished hypotheses.
-What differs:
+the length budget ``max_len_a * src_len + max_len_b``. Both rank beams by plain log-probability and
+length-normalise only the finished hypotheses.
+
+CTranslate2 takes one ``length_penalty`` and one ``max_decoding_length`` per call, and both follow
+from the source length here, so the sources go to CTranslate2 in one call per source length: a
+sentence is searched with its own penalty and budget, exactly as when it is translated alone,
+whatever else is in the call (with one penalty and budget for all, from the mean and the longest
+source, 13 of 60 short sentences decoded beside a long one got another best translation). The calls
+are all queued before any result is awaited, so with ``inter_threads`` > 1 several decode at once;
+the thread layout is chosen by :func:`thread_layout`. Only floating-point rounding, which depends on
+the batch's size, still differs (log-probabilities by about 1e-6).
+
+What differs from ``backend=torch``:
 
 - Length penalty. Ours is GNMT's, ``log P / ((5 + |y|) / 6) ** alpha``; CTranslate2's
   ``length_penalty`` divides by ``|y| ** length_penalty`` (|y| counts EOS in both). No value makes
@@ -49,6 +56,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -68,6 +76,22 @@ def ct2_length_penalty(alpha: float, length: int) -> float:
     return max(alpha * length / (length + 5), 1e-6)
 
 
+def thread_layout(inter: int, intra: int, cores: int) -> tuple[int, int]:
+    """CTranslate2's (inter_threads, intra_threads) on ``cores`` cores: the values given, 0 chosen.
+
+    By default one single-threaded translation per core: the calls (one per source length) are many
+    and small, and side by side they beat the same calls spread over threads (a tiny model's products
+    are too small to share), on 2 cores also one call of every sentence (docs/ctranslate2.md). Given
+    one of the two, the other fills the cores."""
+    if inter and intra:
+        return inter, intra
+    if inter:
+        return inter, max(1, cores // inter)
+    if intra:
+        return max(1, cores // intra), intra
+    return cores, 1
+
+
 class CT2Backend:
     """A CTranslate2 translator over an exported model directory, fed and answering in our token ids."""
 
@@ -78,9 +102,12 @@ class CT2Backend:
         model_dir: str | Path,
         tokenizer: Tokenizer,
         device: torch.device | str = "cpu",
-        threads: int = 0,
+        inter_threads: int = 0,
+        intra_threads: int = 0,
         compute_type: str = "default",
     ):
+        """``inter_threads`` translations at a time, each on ``intra_threads`` threads; 0: chosen for the
+        cores torch may use (:func:`thread_layout`)."""
         ctranslate2 = require_ctranslate2()
         info = read_export_info(model_dir)
         if info["tokenizer_fingerprint"] != tokenizer.fingerprint:
@@ -92,13 +119,17 @@ class CT2Backend:
         if device.type not in ("cpu", "cuda"):
             raise NMTError(f"backend=ct2 runs on cpu or cuda, not {device.type}")
         self.tokenizer, self.max_positions = tokenizer, int(info["max_positions"])
+        cores = torch.get_num_threads() if device.type == "cpu" else 1
+        self.inter_threads, self.intra_threads = thread_layout(inter_threads, intra_threads, cores)
         self.translator = ctranslate2.Translator(
             str(model_dir),
             device=device.type,
             device_index=device.index or 0,
             compute_type=compute_type,
-            intra_threads=threads or torch.get_num_threads(),
+            inter_threads=self.inter_threads,
+            intra_threads=self.intra_threads,
         )
+        self.src_pieces = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
         self.pieces = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.suppress = [[self.pieces[PAD_ID]], [self.pieces[BOS_ID]]]
@@ -106,7 +137,8 @@ class CT2Backend:
     def translate_ids(
         self, sources: Sequence[Sequence[int]], cfg: DecodingConfig, progress: bool = False
     ) -> list[list[Hypothesis]]:
-        """Like :func:`nmt.decoding.translate_ids`: the ``cfg.nbest`` best hypotheses per source."""
+        """Like :func:`nmt.decoding.translate_ids`: the ``cfg.nbest`` best hypotheses per source, each
+        the same whichever other sources share the call."""
         if cfg.no_repeat_ngram and cfg.beam_size > 1:
             raise NMTError(
                 f"backend=ct2 cannot block repeated n-grams in beam search as backend=torch does "
@@ -115,33 +147,40 @@ class CT2Backend:
             )
         limit = self.max_positions - 1
         sources = [list(s[:limit]) for s in sources]
-        budgets = [_budget(len(s) + 1, cfg, limit) for s in sources]
-        results: list[list[Hypothesis]] = [[] for _ in sources]
-        redo: dict[int, list[int]] = defaultdict(list)  # length budget -> sentences to search again
+        groups: dict[int, list[int]] = defaultdict(list)  # source length -> its sentences
+        for i, s in enumerate(sources):
+            groups[len(s)].append(i)
+        # Every call is queued before any is awaited, so inter_threads > 1 decodes groups side by side;
+        # the largest (sentences x length) first, so that no large group is left to run alone at the end.
+        order = sorted(groups.values(), key=lambda idx: -len(idx) * len(sources[idx[0]]))
+        calls = [(idx, *self._submit([sources[i] for i in idx], cfg)) for idx in order]
+        found: list[dict[tuple[int, ...], float | None]] = [{} for _ in sources]
         with tqdm(total=len(sources), disable=not progress, desc="decoding (ct2)", unit="sent") as bar:
-            if sources:
-                longest = max(budgets)
-                for i, hyps in enumerate(self._translate(sources, cfg, longest)):
-                    if budgets[i] < longest and max(len(h.tokens) for h in hyps) >= budgets[i] - 1:
-                        redo[budgets[i]].append(i)
-                    else:
-                        results[i] = hyps[: cfg.nbest]
-                bar.update(len(sources) - sum(map(len, redo.values())))
-            for budget, idx in sorted(redo.items()):
-                for i, h in zip(idx, self._translate([sources[i] for i in idx], cfg, budget)):
-                    results[i] = h[: cfg.nbest]
+            for idx, pending, lp, budget in calls:
+                for i, result in zip(idx, pending):
+                    found[i] = self._log_probs(result.result(), lp, budget, rescore=cfg.no_repeat_ngram > 0)
                 bar.update(len(idx))
-        return results
+        todo = [(i, ids) for i, hyps in enumerate(found) for ids, log_p in hyps.items() if log_p is None]
+        if todo:
+            scores = self.score_ids(
+                [sources[i] for i, _ in todo], [list(ids) for _, ids in todo], cfg.max_tokens
+            )
+            for (i, ids), token_scores in zip(todo, scores):
+                found[i][ids] = sum(token_scores)
+        out = []
+        for hyps in found:
+            ranked = [hypothesis(list(ids), log_p, cfg) for ids, log_p in hyps.items()]
+            out.append(sorted(ranked, key=lambda h: -h.score)[: cfg.nbest])
+        return out
 
-    def _translate(
-        self, sources: list[list[int]], cfg: DecodingConfig, budget: int
-    ) -> list[list[Hypothesis]]:
-        """All sources searched with one length budget; every finished hypothesis, best first."""
-        # The likely output length is about the source length.
-        typical = round(sum(len(s) + 1 for s in sources) / len(sources))
-        lp = ct2_length_penalty(cfg.alpha, typical)
-        results = self.translator.translate_batch(
-            [self.tokenizer.src_pieces(s) for s in sources],
+    def _submit(self, sources: list[list[int]], cfg: DecodingConfig) -> tuple[list[Any], float, int]:
+        """Queue the search of sources of one length, with the length penalty and budget that length
+        gives; returns the pending results (one per source), the penalty and the budget."""
+        n = len(sources[0]) + 1  # with EOS; the likely output length is about the source length
+        lp, budget = ct2_length_penalty(cfg.alpha, n), length_budget(n, cfg, self.max_positions - 1)
+        pending = self.translator.translate_batch(
+            [[self.src_pieces[i] for i in s] for s in sources],
+            asynchronous=True,
             beam_size=cfg.beam_size,
             num_hypotheses=cfg.beam_size,  # all finished hypotheses: we rank them (GNMT)
             length_penalty=lp,
@@ -150,22 +189,12 @@ class CT2Backend:
             disable_unk=cfg.no_unk,
             suppress_sequences=self.suppress,
             return_scores=True,
-            max_batch_size=max(1, cfg.max_tokens // max(cfg.beam_size, 1)),
+            max_batch_size=self._batch_tokens(cfg),
             batch_type="tokens",
             max_input_length=0,
             no_repeat_ngram_size=cfg.no_repeat_ngram,
         )
-        found = [self._log_probs(result, lp, budget, rescore=cfg.no_repeat_ngram > 0) for result in results]
-        todo = [(i, ids) for i, hyps in enumerate(found) for ids, log_p in hyps.items() if log_p is None]
-        if todo:
-            scores = self.score_ids([sources[i] for i, _ in todo], [list(ids) for _, ids in todo])
-            for (i, ids), token_scores in zip(todo, scores):
-                found[i][ids] = sum(token_scores)
-        out = []
-        for hyps in found:
-            ranked = [hypothesis(list(ids), log_p, cfg) for ids, log_p in hyps.items()]
-            out.append(sorted(ranked, key=lambda h: -h.score))
-        return out
+        return pending, lp, budget
 
     def _log_probs(
         self, result, lp: float, budget: int, rescore: bool
@@ -182,17 +211,25 @@ class CT2Backend:
         return hyps
 
     def score_ids(
-        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int
     ) -> list[list[float]]:
-        """Teacher-forced log-probabilities of each target token and of the EOS that follows."""
+        """Teacher-forced log-probabilities of each target token and of the EOS that follows, in batches
+        of up to ``max_tokens`` tokens."""
         results = self.translator.score_batch(
-            [self.tokenizer.src_pieces(s) for s in sources],
-            [self.tokenizer.tgt_pieces(t) for t in targets],
+            [[self.src_pieces[i] for i in s] for s in sources],
+            [[self.pieces[i] for i in t] for t in targets],
+            max_batch_size=max_tokens,
+            batch_type="tokens",
             max_input_length=0,
         )
         return [list(r.log_probs) for r in results]
 
+    @staticmethod
+    def _batch_tokens(cfg: DecodingConfig) -> int:
+        """CTranslate2's batch size in source tokens: ``decoding.max_tokens`` counts them times the beam."""
+        return max(1, cfg.max_tokens // max(cfg.beam_size, 1))
 
-def _budget(src_len: int, cfg: DecodingConfig, limit: int) -> int:
+
+def length_budget(src_len: int, cfg: DecodingConfig, limit: int) -> int:
     """Output tokens allowed before EOS, as :func:`nmt.decoding.max_lengths` (src_len counts EOS)."""
     return max(1, min(limit, int(cfg.max_len_a * src_len + cfg.max_len_b)))
