@@ -380,14 +380,22 @@ class TranslateConfig(InferenceConfig):
 
 @dataclass
 class ServerLimits:
-    """What one request may ask and how requests are batched (``serve.*`` of scripts/serve.py)."""
+    """What one request may ask and cost, how requests are batched and who decodes them (``serve.*`` of
+    scripts/serve.py). Each limit is checked before the work or the memory it bounds."""
 
+    max_body_kb: int = 256  # request body in KiB: 413 from its Content-Length or once read past it
     max_sentences: int = 64  # sentences in one request
     max_chars: int = 20_000  # characters in one request, over its sentences
     max_beam_size: int = 16  # the largest beam_size a request may ask for
+    # target subwords one sentence may get: a request whose max_len_a/max_len_b allow more gets 422
+    max_output_tokens: int = 256
+    max_response_mb: float = 4.0  # the answer's size; attention that could exceed it is refused (422)
+    timeout_s: float = 30.0  # per request, waiting included: 504; a decode past it is stopped
     max_tokens: int = 4096  # source subwords decoded together, over the requests batched
     queue_size: int = 64  # requests waiting to be decoded; beyond that: 503 with Retry-After
     retry_after_s: int = 1
+    workers: int = 0  # decoding processes; 0 = one per CPU core the server may use (1 on a GPU)
+    threads: int = 1  # intra-op threads of each worker process
 
 
 @dataclass
@@ -403,9 +411,10 @@ class ServeConfig(InferenceConfig):
 class ServeBenchConfig(EvaluateConfig):
     """scripts/benchmark_server.py: requests/s and latency of the service on a split's sentences."""
 
-    clients: list[int] = field(default_factory=lambda: [1, 8])  # concurrent clients, one measurement each
-    requests: int = 200  # single-sentence requests per measurement
-    serve: ServerLimits = field(default_factory=ServerLimits)
+    clients: list[int] = field(default_factory=lambda: [1, 8, 32])  # concurrent clients
+    sentences: list[int] = field(default_factory=lambda: [1, 16])  # per request; each with each client count
+    requests: int = 200  # requests per measurement
+    serve: ServerLimits = field(default_factory=ServerLimits)  # the server's (scripts/serve.py) serve.*
     output: str = "serve_bench.json"
 
 
@@ -628,14 +637,20 @@ SERVE_RULES: dict[str, Rule] = {
     **{
         f"serve.{key}": POSITIVE
         for key in (
+            "max_body_kb",
             "max_sentences",
             "max_chars",
             "max_beam_size",
+            "max_output_tokens",
+            "max_response_mb",
+            "timeout_s",
             "max_tokens",
             "queue_size",
             "retry_after_s",
+            "threads",
         )
     },
+    "serve.workers": NON_NEGATIVE,
 }
 
 

@@ -1,123 +1,276 @@
-"""The HTTP service of ``scripts/serve.py``: ``POST /translate``, ``GET /health``, ``GET /info`` and the
-page at ``GET /``, over one :class:`~nmt.translator.Translator` (the same path as ``translate.py``, so
-the same input gets the same output)."""
+"""The HTTP service of ``scripts/serve.py``: ``POST /translate``, ``GET /health``, ``GET /info``,
+``GET /metrics`` and the page at ``GET /``, over one :class:`~nmt.translator.Translator` (the same path
+as ``translate.py``, so the same input gets the same output).
+
+A request is checked before it costs anything (:mod:`nmt.serve.limits`): its media type, its size as
+declared and as read, its JSON, its fields, the output length and attention it may ask for. It then
+waits in the queue (:mod:`nmt.serve.batcher`) for a worker process (:mod:`nmt.serve.workers`) until
+``serve.timeout_s``; a request whose client left is dropped there, undecoded.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import json
+import logging
+import os
+import re
 from dataclasses import asdict, astuple
+from functools import partial
 from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 from nmt.config import DecodingConfig, ServerLimits
+from nmt.devices import select_device
 from nmt.errors import NMTError
 from nmt.serve.batcher import Batcher, Job, QueueFull
-from nmt.serve.requests import BadRequest, parse_request
-from nmt.translator import Hypothesis, Translator
+from nmt.serve.limits import (
+    BadRequest,
+    check_attention_size,
+    check_content_type,
+    check_output_length,
+    check_scores,
+    declared_length,
+    read_body,
+)
+from nmt.serve.metrics import ServiceMetrics
+from nmt.serve.requests import parse_request
+from nmt.serve.work import JobResult, TranslatorSpec, load_work, translate_batch
+from nmt.serve.workers import InlineWorker, Refused, Worker, WorkerFailed, WorkerTimeout
+from nmt.translator import Translator
+
+log = logging.getLogger(__name__)
+CLIENT_GONE = 499  # no one reads this answer (nginx's code for a client that closed the request)
+_DECODING_KEY = re.compile(r"decoding\.(\w+)=")
 
 
-def create_app(translator: Translator, limits: ServerLimits, defaults: DecodingConfig) -> FastAPI:
-    """The service; ``defaults`` are the decoding settings of a request that sets none."""
-    batcher = Batcher(lambda jobs: translate_jobs(translator, jobs), limits.max_tokens, limits.queue_size)
-    backend = translator.backend.name
+def create_app(
+    translator: Translator,
+    limits: ServerLimits,
+    defaults: DecodingConfig,
+    spec: TranslatorSpec | None = None,
+) -> FastAPI:
+    """The service; ``defaults`` are the decoding settings of a request that sets none.
+
+    With ``spec`` (how ``translator`` was built), ``serve.workers`` processes decode, each building
+    its own Translator from it, and a batch past ``serve.timeout_s`` is stopped with its process.
+    Without it (a Translator made in code) a thread of this process decodes: such a batch runs to its
+    end, while its requests get their 504 on time. NMTError when the backend cannot decode ``defaults``.
+    """
+    check_defaults(translator, defaults, limits)
+    metrics = ServiceMetrics()
+    max_body, max_response = limits.max_body_kb * 1024, int(limits.max_response_mb * 2**20)
+    batcher = Batcher(
+        make_workers(translator, limits, spec, max_response), limits.max_tokens, limits.queue_size, metrics
+    )
+    backend = translator.info()["backend"]
+    info = {**translator.info(), "decoding": asdict(defaults), "limits": asdict(limits)}
+    model = info["model"]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        worker = asyncio.create_task(batcher.run())
-        yield
-        worker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker
+        await batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.stop()
 
     app = FastAPI(title="nmt translation service", lifespan=lifespan)
+    app.state.batcher, app.state.metrics = batcher, metrics
     page = resources.files("nmt.serve").joinpath("static/index.html").read_text(encoding="utf-8")
 
     @app.get("/", response_class=HTMLResponse)
     async def index() -> str:
+        metrics.requests.labels(path="/", status="200").inc()
         return page
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "queued": len(batcher.pending), "batches": batcher.batches}
+    async def health() -> JSONResponse:
+        """200 while every worker can decode; 503 while one is down or starting again."""
+        running = batcher.running
+        status = 200 if running else 503
+        metrics.requests.labels(path="/health", status=str(status)).inc()
+        body = {
+            "status": "ok" if running else "unavailable",
+            "workers": {"ready": sum(w.alive for w in batcher.workers), "total": len(batcher.workers)},
+            "queued": len(batcher.pending),
+            "batches": batcher.batches,
+            "restarts": batcher.restarts,
+        }
+        return JSONResponse(body, status_code=status)
 
     @app.get("/info")
-    async def info() -> dict[str, Any]:
-        return service_info(translator, limits, defaults)
+    async def service_info() -> dict[str, Any]:
+        metrics.requests.labels(path="/info", status="200").inc()
+        return info
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        metrics.requests.labels(path="/metrics", status="200").inc()
+        return Response(metrics.render(), media_type=metrics.content_type)
 
     @app.post("/translate")
-    async def translate(request: Request) -> JSONResponse:
-        started = time.perf_counter()
+    async def translate(request: Request) -> Response:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + limits.timeout_s
+        sentences = 0
+
+        def answer(
+            status: int, body: dict[str, Any] | bytes, headers: dict[str, str] | None = None
+        ) -> Response:
+            metrics.answered("/translate", status, sentences, loop.time() - started)
+            if isinstance(body, dict):
+                return JSONResponse(body, status_code=status, headers=headers)
+            return Response(body, status_code=status, media_type="application/json", headers=headers)
+
         try:
-            parsed = parse_request(await request.body(), limits)
-            decoding = translator.decoding_with(parsed.decoding(), base=defaults)
+            check_content_type(request.headers.get("content-type"))
+            declared_length(request.headers.get("content-length"), max_body)
+            parsed = parse_request(await read_body(request.stream(), max_body), limits)
+            sentences = len(parsed.text)
+            decoding = settings(translator, parsed.decoding(), defaults)
+            check_scores(decoding, limits)
             if parsed.attention and not translator.has_attention:
                 raise BadRequest(
                     422, "attention", f"the {backend} backend has no attention weights; use backend=torch"
                 )
+            ids = translator.encode(parsed.text)
+            lengths = [len(s) for s in ids]
+            asked = set(parsed.model_fields_set)
+            check_output_length(lengths, decoding, limits, translator.max_source, asked)
+            if parsed.attention:
+                check_attention_size(lengths, decoding, limits, translator.max_source, model)
         except BadRequest as e:
-            return JSONResponse(e.body(), status_code=e.status)
-        except NMTError as e:  # settings that are fine one by one but not together (nbest > beam_size)
-            return JSONResponse({"error": str(e), "field": "decoding"}, status_code=422)
-        ids = translator.encode(parsed.text)
+            return answer(e.status, e.body())
+        except ClientDisconnect:
+            return answer(CLIENT_GONE, {"error": "the client left"})
         try:
-            future = batcher.submit(ids, (astuple(decoding), parsed.attention), (decoding, parsed.attention))
+            job = batcher.submit(
+                ids, (astuple(decoding), parsed.attention), (decoding, parsed.attention), deadline
+            )
         except QueueFull as e:
-            headers = {"Retry-After": str(limits.retry_after_s)}
-            return JSONResponse({"error": f"busy: {e}; retry later"}, status_code=503, headers=headers)
-        translations = await future
-        return JSONResponse(
-            {
-                "translations": translations,
-                "decoding": asdict(decoding),
-                "backend": backend,
-                "elapsed_ms": round(1000 * (time.perf_counter() - started), 1),
-            }
-        )
+            return answer(
+                503, {"error": f"busy: {e}; retry later"}, {"Retry-After": str(limits.retry_after_s)}
+            )
+        except WorkerFailed as e:
+            return answer(503, {"error": str(e)}, {"Retry-After": str(limits.retry_after_s)})
+        outcome = await wait_for(request, batcher, job, deadline)
+        if outcome is None:
+            return answer(CLIENT_GONE, {"error": "the client left"})
+        try:
+            result: JobResult = outcome.result()
+        except (asyncio.CancelledError, WorkerTimeout):
+            message = (
+                f"not translated within serve.timeout_s={limits.timeout_s:g} s; send less or retry later"
+            )
+            return answer(504, {"error": message})
+        except Refused as e:
+            return answer(422, refusal(str(e)))
+        except WorkerFailed as e:
+            return answer(500, {"error": f"{e}; it is being started again"})
+        except Exception:  # noqa: BLE001 - a bug: logged with its traceback, the client gets a 500
+            log.exception("translating a request failed")
+            return answer(500, {"error": "internal error"})
+        if result.translations is None:
+            if result.size:
+                message = (
+                    f"the answer would take {result.size / 2**20:.1f} MB, over serve.max_response_mb="
+                    f"{limits.max_response_mb:g}; send fewer sentences or ask for a shorter n-best list"
+                )
+                return answer(422, {"error": f"text: {message}", "field": "text"})
+            message = "decoding: these settings give scores that are not finite numbers"
+            return answer(422, {"error": message, "field": "decoding"})
+        metrics.sentences.inc(sentences)
+        metrics.source_tokens.inc(sum(lengths))
+        metrics.target_tokens.inc(result.target_tokens)
+        elapsed_ms = round(1000 * (loop.time() - started), 1)
+        tail = {"decoding": asdict(decoding), "backend": backend, "elapsed_ms": elapsed_ms}
+        return answer(200, b'{"translations":' + result.translations + b"," + json.dumps(tail)[1:].encode())
 
     return app
 
 
-def translate_jobs(translator: Translator, jobs: list[Job]) -> list[list[dict[str, Any]]]:
-    """Decode the jobs (one decoding setting) in one search; per job, one result per sentence."""
-    decoding, attention = jobs[0].settings
-    ids = [s for job in jobs for s in job.ids]
-    hyps = translator.search(ids, decoding)
-    results, start = [], 0
-    for job in jobs:
-        results.append(
-            [
-                sentence_result(translator, src, nbest, attention)
-                for src, nbest in zip(job.ids, hyps[start : start + len(job.ids)])
-            ]
+def make_workers(
+    translator: Translator, limits: ServerLimits, spec: TranslatorSpec | None, max_response: int
+) -> list[Worker | InlineWorker]:
+    """``serve.workers`` processes built from ``spec`` (0: one per CPU core this process may use, one
+    on a GPU), or, without a spec, ``translator`` in a thread."""
+    if spec is None:
+        return [InlineWorker(partial(translate_batch, translator, max_response), "worker 0")]
+    count = limits.workers
+    if count == 0:
+        count = 1 if select_device(spec.device).type != "cpu" else len(os.sched_getaffinity(0))
+    factory = partial(load_work, spec, max_response)
+    return [Worker(factory, limits.threads, f"worker {i}") for i in range(count)]
+
+
+def settings(translator: Translator, overrides: Any, defaults: DecodingConfig) -> DecodingConfig:
+    """A request's decoding settings, checked, also by the backend; 422 naming the option otherwise."""
+    try:
+        decoding = translator.decoding_with(overrides, base=defaults)
+    except NMTError as e:
+        raise BadRequest(422, **refusal_fields(str(e))) from None
+    backend_accepts(translator, decoding)
+    return decoding
+
+
+def backend_accepts(translator: Translator, decoding: DecodingConfig) -> None:
+    """422 naming the option when the backend cannot decode with ``decoding`` (CTranslate2 cannot block
+    n-grams in beam search as ours does): a call with no sentences decodes nothing but checks that."""
+    try:
+        translator.search([], decoding)
+    except NMTError as e:
+        raise BadRequest(422, **refusal_fields(str(e))) from None
+
+
+def refusal_fields(message: str) -> dict[str, str]:
+    """The option that an NMTError about decoding settings names first (``decoding.X=...``)."""
+    match = _DECODING_KEY.search(message)
+    return {"field": match.group(1) if match else "decoding", "message": message}
+
+
+def refusal(message: str) -> dict[str, str]:
+    return BadRequest(422, **refusal_fields(message)).body()
+
+
+def check_defaults(translator: Translator, defaults: DecodingConfig, limits: ServerLimits) -> None:
+    """Refuse, at start, default settings that would make every request fail."""
+    try:
+        backend_accepts(translator, defaults)
+        check_scores(defaults, limits)
+    except BadRequest as e:
+        raise NMTError(f"decoding.{e.field}: {e.message}") from None
+    if min(translator.max_source, defaults.max_len_b) > limits.max_output_tokens:
+        raise NMTError(
+            f"decoding.max_len_b={defaults.max_len_b} allows longer outputs than serve.max_output_tokens="
+            f"{limits.max_output_tokens}: lower it or raise serve.max_output_tokens"
         )
-        start += len(job.ids)
-    return results
 
 
-def sentence_result(
-    translator: Translator, src: list[int], nbest: list[Hypothesis], attention: bool
-) -> dict[str, Any]:
-    texts = translator.texts(nbest)
-    result: dict[str, Any] = {
-        "text": texts[0] if nbest else "",
-        "score": nbest[0].score if nbest else None,
-        "log_prob": nbest[0].log_prob if nbest else None,
-        "nbest": [{"text": t, "score": h.score, "log_prob": h.log_prob} for t, h in zip(texts, nbest)],
-    }
-    if attention and nbest:
-        cross = translator.attention(src, nbest[0].tokens)
-        result["attention"] = {
-            "source_tokens": cross.source_tokens,
-            "target_tokens": cross.target_tokens,
-            "weights": cross.weights.round(decimals=4).tolist(),  # [layer][head][target][source]
-        }
-    return result
+async def wait_for(request: Request, batcher: Batcher, job: Job, deadline: float) -> asyncio.Future | None:
+    """The job's future once done; cancelled at ``deadline``; None when the client left first (the job
+    is then dropped if no worker has it yet)."""
+    loop = asyncio.get_running_loop()
+    gone = asyncio.ensure_future(disconnected(request))
+    try:
+        done, _ = await asyncio.wait(
+            {job.future, gone}, timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        gone.cancel()
+    if job.future.done():
+        return job.future
+    batcher.cancel(job, "disconnected" if gone in done else "timeout")
+    return None if gone in done else job.future
 
 
-def service_info(translator: Translator, limits: ServerLimits, defaults: DecodingConfig) -> dict[str, Any]:
-    return {**translator.info(), "decoding": asdict(defaults), "limits": asdict(limits)}
+async def disconnected(request: Request) -> None:
+    """Returns when the client has gone (the body is read: the next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

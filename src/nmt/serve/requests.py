@@ -18,6 +18,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, cre
 from pydantic_core import PydanticCustomError
 
 from nmt.config import DecodingConfig, DecodingOverrides, Rule, ServerLimits
+from nmt.serve.limits import BadRequest, check_depth, check_text
+
+__all__ = ["BadRequest", "TranslateRequest", "parse_request", "request_model"]
 
 SERVER_SIDE = tuple(f.name for f in fields(DecodingConfig) if f.metadata["speed_only"])
 
@@ -25,7 +28,8 @@ SERVER_SIDE = tuple(f.name for f in fields(DecodingConfig) if f.metadata["speed_
 class RequestBase(BaseModel):
     """Sentences and, optionally, decoding settings; unset settings are the checkpoint's."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # allow_inf_nan=False: NaN, Infinity and 1e999 (JSON numbers Python reads as infinite) are refused
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     text: list[str]
     attention: bool = False  # also return the cross-attention of the chosen hypotheses (torch backend)
@@ -62,24 +66,14 @@ def request_model(config: type = DecodingConfig) -> type[RequestBase]:
 TranslateRequest = request_model()
 
 
-class BadRequest(Exception):
-    """A request refused with ``status``, naming the ``field`` at fault."""
-
-    def __init__(self, status: int, field: str, message: str):
-        super().__init__(message)
-        self.status, self.field, self.message = status, field, message
-
-    def body(self) -> dict[str, str]:
-        return {"error": f"{self.field}: {self.message}", "field": self.field}
-
-
 def parse_request(body: bytes, limits: ServerLimits) -> TranslateRequest:
-    """The request in ``body``, or BadRequest: 400 (not UTF-8, not JSON), 422 (a field's type or value),
-    413 (more sentences or characters than the server takes)."""
+    """The request in ``body``, or BadRequest: 400 (not UTF-8, not JSON, nested too deeply), 422 (a
+    field's type or value), 413 (more sentences or characters than the server takes)."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadRequest(400, "body", f"invalid UTF-8 at byte {e.start}") from None
+    check_depth(body)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -104,4 +98,12 @@ def parse_request(body: bytes, limits: ServerLimits) -> TranslateRequest:
         raise BadRequest(413, "text", f"{chars} characters; at most {limits.max_chars} per request")
     if request.beam_size is not None and request.beam_size > limits.max_beam_size:
         raise BadRequest(422, "beam_size", f"{request.beam_size} is out of range 1..{limits.max_beam_size}")
+    if request.no_repeat_ngram is not None and request.no_repeat_ngram > limits.max_output_tokens:
+        raise BadRequest(
+            422,
+            "no_repeat_ngram",
+            f"{request.no_repeat_ngram} is longer than any output (serve.max_output_tokens="
+            f"{limits.max_output_tokens})",
+        )
+    check_text(request.text)
     return request

@@ -1,0 +1,32 @@
+"""Work functions for the service's worker processes that need no model: they answer at once, sleep,
+crash or refuse, as a job's settings say. Module-level, so a spawned worker process can import them."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from nmt.errors import NMTError
+
+
+def fake_work(items: list[tuple[list[list[int]], dict[str, Any]]]) -> list[Any]:
+    """Per job: its ids and the worker's pid, after ``sleep`` seconds; ``crash`` ends the process,
+    ``refuse`` raises NMTError, ``fail`` another error."""
+    settings = items[0][1]
+    time.sleep(settings.get("sleep", 0))
+    if settings.get("crash"):
+        os._exit(3)
+    if settings.get("refuse"):
+        raise NMTError("decoding.beam_size=3: refused by the fake worker")
+    if settings.get("fail"):
+        raise ValueError("a bug in the fake worker")
+    return [(ids, os.getpid()) for ids, _ in items]
+
+
+def fake_factory() -> Any:
+    return fake_work
+
+
+def failing_factory() -> Any:
+    raise NMTError("ct2_model=/nowhere: no model here")

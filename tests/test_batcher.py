@@ -1,0 +1,189 @@
+"""The service's queue and worker processes without a model (tests/serve_fakes.py): batching, a job whose
+client left is never decoded, a batch past its deadline stops its worker, which comes back, a crashed
+worker comes back, and an app served twice (a second event loop) still decodes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+from serve_fakes import failing_factory, fake_factory
+
+from nmt.errors import NMTError
+from nmt.serve.batcher import Batcher, QueueFull
+from nmt.serve.metrics import ServiceMetrics
+from nmt.serve.workers import Refused, Worker, WorkerTimeout
+
+
+def sample(metrics: ServiceMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def make_batcher(workers: int = 1, queue_size: int = 8) -> Batcher:
+    pool = [Worker(fake_factory, threads=1, name=f"worker {i}") for i in range(workers)]
+    return Batcher(pool, max_tokens=100, queue_size=queue_size, metrics=ServiceMetrics())
+
+
+async def answer(batcher: Batcher, ids, settings=None, timeout: float = 30.0):
+    loop = asyncio.get_running_loop()
+    job = batcher.submit(ids, repr(settings), settings or {}, loop.time() + timeout)
+    return await job.future
+
+
+@pytest.fixture(scope="module")
+def batcher():
+    """One started batcher for the module's tests, each run on a loop of its own (asyncio.run): it is
+    started and stopped per test, the worker processes survive between them only if they can."""
+    return make_batcher()
+
+
+def run(batcher: Batcher, coro_fn):
+    async def main():
+        await batcher.start()
+        try:
+            return await coro_fn()
+        finally:
+            await batcher.stop()
+
+    return asyncio.run(main())
+
+
+def test_waiting_jobs_with_equal_settings_share_a_batch(batcher):
+    async def scenario():
+        slow = asyncio.ensure_future(answer(batcher, [[1]], {"sleep": 0.5}))
+        await asyncio.sleep(0.2)  # the worker has the slow job
+        rest = [asyncio.ensure_future(answer(batcher, [[i, i]])) for i in range(2, 6)]
+        return await slow, await asyncio.gather(*rest)
+
+    before = batcher.batches
+    slow, rest = run(batcher, scenario)
+    assert slow[0] == [[1]] and [ids for ids, _ in rest] == [[[i, i]] for i in range(2, 6)]
+    assert batcher.batches - before == 2  # the four waiting jobs went in one batch
+    assert sample(batcher.metrics, "nmt_batch_requests_count") >= 2
+
+
+def test_a_job_cancelled_while_queued_is_never_decoded_and_frees_its_place(batcher):
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        slow = batcher.submit([[1]], "slow", {"sleep": 0.5}, loop.time() + 30)
+        await asyncio.sleep(0.2)
+        gone = batcher.submit([[2]], "fast", {}, loop.time() + 30)
+        assert len(batcher.pending) == 1
+        batcher.cancel(gone, "disconnected")
+        assert not batcher.pending  # the place in the queue is free at once
+        await slow.future
+        await asyncio.sleep(0.3)  # the worker is idle: it would have taken the job by now
+        return gone
+
+    before = batcher.batches
+    gone = run(batcher, scenario)
+    assert gone.future.cancelled() and batcher.batches - before == 1
+    assert sample(batcher.metrics, "nmt_requests_dropped_total", reason="disconnected") == 1
+
+
+def test_a_job_past_its_deadline_in_the_queue_is_dropped(batcher):
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        slow = batcher.submit([[1]], "slow", {"sleep": 0.6}, loop.time() + 30)
+        await asyncio.sleep(0.1)
+        late = batcher.submit([[2]], "fast", {}, loop.time() + 0.2)
+        await slow.future
+        await asyncio.sleep(0.1)
+        return late
+
+    before = batcher.batches
+    late = run(batcher, scenario)
+    assert late.future.cancelled() and batcher.batches - before == 1
+    assert sample(batcher.metrics, "nmt_requests_dropped_total", reason="timeout") == 1
+
+
+def test_a_full_queue_refuses(batcher):
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        jobs = [batcher.submit([[1]], "slow", {"sleep": 0.3}, loop.time() + 30)]
+        await asyncio.sleep(0.1)
+        jobs += [batcher.submit([[i]], f"k{i}", {}, loop.time() + 30) for i in range(8)]
+        with pytest.raises(QueueFull):
+            batcher.submit([[9]], "k9", {}, loop.time() + 30)
+        await asyncio.gather(*(job.future for job in jobs))
+
+    run(batcher, scenario)
+
+
+def test_refusals_and_errors_fail_their_batch_only(batcher):
+    async def scenario():
+        with pytest.raises(Refused, match="decoding.beam_size"):
+            await answer(batcher, [[1]], {"refuse": True})
+        with pytest.raises(RuntimeError, match="a bug in the fake worker"):
+            await answer(batcher, [[1]], {"fail": True})
+        return await answer(batcher, [[7]])
+
+    assert run(batcher, scenario)[0] == [[7]]
+
+
+def test_a_batch_past_its_deadline_stops_its_worker_which_is_started_again(batcher):
+    async def scenario():
+        started = time.monotonic()
+        with pytest.raises(WorkerTimeout):
+            await answer(batcher, [[1]], {"sleep": 60}, timeout=1.0)
+        stopped_after = time.monotonic() - started
+        assert not batcher.running  # the worker is starting again
+        ids, pid = await answer(batcher, [[2]])
+        return stopped_after, pid
+
+    before = sample(batcher.metrics, "nmt_worker_restarts_total", reason="timeout")
+    stopped_after, pid = run(batcher, scenario)
+    assert stopped_after < 5 and pid != os.getpid()
+    assert sample(batcher.metrics, "nmt_worker_restarts_total", reason="timeout") == before + 1
+
+
+def test_a_crashed_worker_is_started_again_and_the_service_says_so_meanwhile(batcher):
+    async def scenario():
+        pid = (await answer(batcher, [[1]]))[1]
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            if not batcher.running:
+                break
+            await asyncio.sleep(0.01)
+        assert not batcher.running  # a dead worker is not reported as running
+        for _ in range(600):
+            if batcher.running:
+                break
+            await asyncio.sleep(0.1)
+        assert batcher.running
+        return pid, (await answer(batcher, [[2]]))[1]
+
+    before = sample(batcher.metrics, "nmt_worker_restarts_total", reason="crash")
+    old, new = run(batcher, scenario)
+    assert old != new
+    assert sample(batcher.metrics, "nmt_worker_restarts_total", reason="crash") == before + 1
+
+
+def test_a_crash_while_decoding_fails_the_batch_and_the_worker_comes_back(batcher):
+    async def scenario():
+        with pytest.raises(Exception, match="died"):
+            await answer(batcher, [[1]], {"crash": True})
+        return await answer(batcher, [[2]])
+
+    assert run(batcher, scenario)[0] == [[2]]
+
+
+def test_two_workers_decode_two_batches_at_once():
+    batcher = make_batcher(workers=2)
+
+    async def scenario():
+        started = time.monotonic()
+        answers = await asyncio.gather(*(answer(batcher, [[i]], {"sleep": 1.0, "k": i}) for i in range(2)))
+        return time.monotonic() - started, {pid for _, pid in answers}
+
+    elapsed, pids = run(batcher, scenario)
+    assert len(pids) == 2 and elapsed < 1.9
+
+
+def test_a_worker_that_cannot_start_is_an_error_naming_why():
+    batcher = Batcher([Worker(failing_factory, 1, "worker 0")], 100, 8, ServiceMetrics())
+    with pytest.raises(NMTError, match="worker 0 could not start: ct2_model=/nowhere: no model here"):
+        run(batcher, lambda: asyncio.sleep(0))

@@ -1,0 +1,126 @@
+"""The service's per-request limits alone (nmt.serve.limits): each refuses what is over it with the status
+and field a client needs, before the cost is paid, and lets what is within it through."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from nmt.config import DecodingConfig, ServerLimits
+from nmt.serve.limits import (
+    BadRequest,
+    attention_bytes,
+    check_attention_size,
+    check_content_type,
+    check_depth,
+    check_output_length,
+    check_scores,
+    check_text,
+    declared_length,
+    json_depth,
+    read_body,
+)
+
+LIMITS = ServerLimits(max_output_tokens=50, max_response_mb=1.0)
+
+
+def refused(fn, *args) -> tuple[int, str, str]:
+    with pytest.raises(BadRequest) as e:
+        fn(*args)
+    return e.value.status, e.value.field, e.value.message
+
+
+@pytest.mark.parametrize(
+    "header", ["application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8"]
+)
+def test_json_is_accepted(header):
+    check_content_type(header)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json; charset=latin-1",
+        "application/jsonx",
+    ],
+)
+def test_what_a_page_can_send_without_a_preflight_is_a_415(header):
+    assert refused(check_content_type, header)[:2] == (415, "content-type")
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_reading():
+    assert declared_length(None, 10) is None and declared_length("10", 10) == 10
+    assert refused(declared_length, "104857600", 1024)[:2] == (413, "body")
+    assert refused(declared_length, "-1", 1024)[:2] == (400, "content-length")
+
+
+def test_a_streamed_body_is_read_no_further_than_the_limit():
+    read = []
+
+    async def chunks(n: int):
+        for _ in range(n):
+            read.append(1)
+            yield b"x" * 100
+
+    assert asyncio.run(read_body(chunks(3), 300)) == b"x" * 300
+    read.clear()
+    with pytest.raises(BadRequest) as e:
+        asyncio.run(read_body(chunks(10**6), 1000))
+    assert e.value.status == 413 and len(read) == 11  # one chunk past the limit, not a million
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("1", 0),
+        ('{"text": ["a", "b"]}', 2),
+        ('{"text": ["[[[{{{", "\\"[[["], "a": {"b": [1]}}', 3),  # brackets in strings do not count
+        ('{"text": ["\\\\"], "a": [[1]]}', 3),  # an escaped backslash ends before the quote
+        ("[" * 100_000 + "]" * 100_000, 100_000),
+    ],
+)
+def test_json_depth_counts_brackets_outside_strings(text, depth):
+    assert json_depth(text.encode()) == depth
+
+
+def test_deep_json_is_refused_before_the_parser_recurses():
+    check_depth(b'{"text": ["a"]}')
+    assert refused(check_depth, b"[" * 100_000 + b"]" * 100_000)[:2] == (400, "body")
+
+
+def test_a_lone_surrogate_is_not_text():
+    check_text(["ok", "caf\u00e9 \U0001f600"])
+    assert refused(check_text, ["ok", json.loads('"a\\ud800"')])[:2] == (422, "text.1")
+
+
+def test_outputs_longer_than_the_limit_are_refused_naming_what_allows_them():
+    decoding = DecodingConfig(max_len_a=1.2, max_len_b=10)
+    check_output_length([30], decoding, LIMITS, 255, set())  # 1.2 * 31 + 10 = 47.2
+    assert refused(check_output_length, [40], decoding, LIMITS, 255, set())[:2] == (422, "text")
+    assert refused(check_output_length, [40], decoding, LIMITS, 255, {"max_len_b"})[:2] == (422, "max_len_b")
+    huge = DecodingConfig(max_len_a=1e308, max_len_b=10)
+    assert refused(check_output_length, [1], huge, LIMITS, 255, {"max_len_a", "max_len_b"})[1] == "max_len_a"
+    check_output_length([40], DecodingConfig(max_len_b=10**9), LIMITS, 49, {"max_len_b"})  # the model's cap
+
+
+def test_scores_must_stay_finite_numbers():
+    check_scores(DecodingConfig(alpha=2.0, word_reward=-1.0), LIMITS)
+    assert refused(check_scores, DecodingConfig(alpha=1000.0), LIMITS)[:2] == (422, "alpha")
+    assert refused(check_scores, DecodingConfig(word_reward=1e308), LIMITS)[:2] == (422, "word_reward")
+
+
+def test_attention_is_refused_when_it_could_exceed_the_response_limit():
+    decoding = DecodingConfig(max_len_a=1.0, max_len_b=10)
+    model = {"decoder_layers": 6, "heads": 8}
+    size = attention_bytes([20] * 4, decoding, 255, 6, 8)
+    assert size == 4 * 6 * 8 * (21 + 10 + 1) * 21 * 8
+    check_attention_size([20] * 4, decoding, LIMITS, 255, model)  # 1,032,192 bytes: under 1 MiB
+    status, field, message = refused(check_attention_size, [20] * 64, decoding, LIMITS, 255, model)
+    assert (status, field) == (422, "attention") and "serve.max_response_mb=1" in message
