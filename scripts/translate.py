@@ -1,10 +1,13 @@
 """Translate text: ``echo "A man is riding a bike." | python scripts/translate.py checkpoint=PATH``.
 
 Reads stdin (line by line when it is a terminal) or ``input=FILE``; writes ``output=FILE`` or stdout.
+``prefix_file=FILE``: each translation starts with its line of FILE (an empty line: no prefix);
+``alignments=true``: a tab and the translation's word alignment (Pharaoh ``i-j``) after each translation.
 """
 
 import contextlib
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -12,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.cli import run_cli
 from nmt.config import register_configs
 from nmt.devices import select_device
-from nmt.translator import Translator, translate_stream
+from nmt.errors import NMTError
+from nmt.translator import StreamOptions, Translator, translate_stream
 
 register_configs()
 
@@ -25,10 +29,17 @@ def main(cfg: DictConfig) -> None:
         cfg.checkpoint, select_device(cfg.device), backend=cfg.backend, ct2_model=cfg.ct2_model
     )
     decoding = translator.decoding_with(cfg.decoding)
+    if cfg.alignments:
+        translator.require_attention("alignments=true")
+    if cfg.prefix_file and not Path(cfg.prefix_file).is_file():
+        raise NMTError(f"prefix_file={cfg.prefix_file}: no such file")
     with contextlib.ExitStack() as files:
         source = files.enter_context(open(cfg.input, "rb")) if cfg.input else sys.stdin.buffer
         target = files.enter_context(open(cfg.output, "w", encoding="utf-8")) if cfg.output else sys.stdout
-        translate_stream(translator, source, target, decoding, cfg.batch_sentences, cfg.input or "stdin")
+        prefixes = files.enter_context(open(cfg.prefix_file, "rb")) if cfg.prefix_file else None
+        name, prefix_name = cfg.input or "stdin", f"prefix_file={cfg.prefix_file}"
+        options = StreamOptions(prefixes, prefix_name, cfg.alignments, cfg.alignment_layer)
+        translate_stream(translator, source, target, decoding, cfg.batch_sentences, name, options)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import torch
 from nmt.attention_maps import CrossAttention, cross_attention
 from nmt.config import DecodingConfig
 from nmt.ct2.backend import CT2Backend
-from nmt.decoding import Hypothesis, translate_ids
+from nmt.decoding import Hypothesis, score_ids, translate_ids
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
 from nmt.shortlist import Shortlist, load_shortlist
@@ -31,9 +31,21 @@ class Backend(Protocol):
     name: str  # one of BACKENDS: in reports, hypothesis file names and the service's answers
 
     def translate_ids(
-        self, sources: Sequence[Sequence[int]], cfg: DecodingConfig, progress: bool = False
+        self,
+        sources: Sequence[Sequence[int]],
+        cfg: DecodingConfig,
+        progress: bool = False,
+        prefixes: Sequence[Sequence[int]] | None = None,
     ) -> list[list[Hypothesis]]:
-        """The ``cfg.nbest`` best hypotheses of each (non-empty) source, best first."""
+        """The ``cfg.nbest`` best hypotheses of each source, best first, each starting with its
+        source's target prefix when ``prefixes`` are given (lists of target ids, possibly empty)."""
+        ...
+
+    def score_ids(
+        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int
+    ) -> list[list[float]]:
+        """Teacher-forced log-probabilities of each target token and of the EOS that follows, in batches
+        of up to ``max_tokens`` tokens."""
         ...
 
 
@@ -56,12 +68,29 @@ class TorchBackend:
         return self.shortlists[path]
 
     def translate_ids(
-        self, sources: Sequence[Sequence[int]], cfg: DecodingConfig, progress: bool = False
+        self,
+        sources: Sequence[Sequence[int]],
+        cfg: DecodingConfig,
+        progress: bool = False,
+        prefixes: Sequence[Sequence[int]] | None = None,
     ) -> list[list[Hypothesis]]:
         shortlist = self.shortlist(cfg.shortlist)
         return translate_ids(
-            self.model, sources, cfg, self.device, self.max_positions, progress=progress, shortlist=shortlist
+            self.model,
+            sources,
+            cfg,
+            self.device,
+            self.max_positions,
+            prefixes=prefixes,
+            progress=progress,
+            shortlist=shortlist,
         )
+
+    def score_ids(
+        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int
+    ) -> list[list[float]]:
+        scores = score_ids(self.model, sources, targets, self.device, self.max_positions, max_tokens)
+        return [s.token_log_probs for s in scores]
 
     def attention(self, src_ids: list[int], hyp: list[int]) -> CrossAttention:
         """Where the model looks while producing ``hyp`` from ``src_ids`` (an ensemble: its first model)."""

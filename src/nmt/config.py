@@ -336,9 +336,15 @@ class BenchConfig:
 
 
 @dataclass
-class EvalFilesConfig:
-    src: str | None = None  # evaluate on these files instead of a configured split
-    ref: str | None = None
+class TextPairConfig:
+    """Sentence pairs from two line-aligned files, instead of a configured data split."""
+
+    src: str | None = None  # the sources, a sentence per line
+    ref: str | None = None  # their translations (the references), line by line
+
+
+@dataclass
+class EvalFilesConfig(TextPairConfig):
     out: str | None = None  # hypotheses file; default: next to the report
     metrics: list[str] = field(default_factory=lambda: ["bleu", "chrf"])  # add "ter" for TER
     tb_dir: str | None = None  # a run dir whose TensorBoard gets the scores
@@ -363,12 +369,17 @@ class InferenceConfig:
     device: str = "auto"
     backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
     ct2_model: str | None = None  # directory written by scripts/export_ct2.py from this checkpoint
+    # the decoder layer whose cross-attention (mean of its heads) gives word alignments, from 0 (negative:
+    # from the last); null = the penultimate (a one-layer decoder's only one): docs/alignment.md
+    alignment_layer: int | None = None
 
 
 @dataclass
 class EvaluateConfig(InferenceConfig):
     data: EvalDataConfig = field(default_factory=EvalDataConfig)
     eval: EvalFilesConfig = field(default_factory=EvalFilesConfig)
+    prefix_file: str | None = None  # target prefixes, a line per source (empty = none): outputs start so
+    alignments: bool = False  # also write each hypothesis' word alignment (Pharaoh i-j) to a .align file
 
 
 @dataclass
@@ -376,6 +387,20 @@ class TranslateConfig(InferenceConfig):
     input: str | None = None  # file; default stdin
     output: str | None = None  # file; default stdout
     batch_sentences: int = 64
+    prefix_file: str | None = None  # target prefixes, a line per input line (empty = none): outputs start so
+    alignments: bool = False  # after each translation, a tab and its word alignment (Pharaoh i-j)
+
+
+@dataclass
+class ScoreConfig(InferenceConfig):
+    """scripts/score.py: the model's log-probability of given translations of given sources."""
+
+    data: EvalDataConfig = field(default_factory=EvalDataConfig)  # a split and its references ...
+    eval: TextPairConfig = field(default_factory=TextPairConfig)  # ... or eval.src with eval.ref
+    format: str = "tsv"  # "tsv": log_prob, score, tokens (a line per pair) | "json": an object per line
+    per_token: bool = False  # also each subword's log-probability (EOS last)
+    alignments: bool = False  # also each pair's word alignment (Pharaoh i-j)
+    output: str | None = None  # file; default stdout
 
 
 @dataclass
@@ -463,6 +488,20 @@ class PlotAttentionConfig:
 
 
 @dataclass
+class CompareAlignmentsConfig:
+    """scripts/compare_alignments.py: how well each decoder layer's attention, read each way, agrees with
+    reference word alignments of the same sentence pairs."""
+
+    checkpoint: str = MISSING
+    reference: str = MISSING  # Pharaoh links (i-j), a line per pair: a gold set, or an aligner's (eflomal)
+    reference_reverse: str | None = None  # the other direction: the reference is grow-diag-final-and of both
+    data: EvalDataConfig = field(default_factory=EvalDataConfig)  # a split and its references ...
+    eval: TextPairConfig = field(default_factory=TextPairConfig)  # ... or eval.src with eval.ref
+    device: str = "auto"
+    max_tokens: int = 8000  # source plus target subwords per batch
+
+
+@dataclass
 class PlotCurvesConfig:
     runs: list[str] = field(default_factory=list)  # run dirs
     labels: list[str] = field(default_factory=list)  # one legend label per run (default: the dir name)
@@ -536,6 +575,8 @@ def register_configs() -> None:
     cs.store(name="benchmark_server_schema", node=ServeBenchConfig)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
     cs.store(name="plot_curves_schema", node=PlotCurvesConfig)
+    cs.store(name="score_schema", node=ScoreConfig)
+    cs.store(name="compare_alignments_schema", node=CompareAlignmentsConfig)
     cs.store(name="distill_schema", node=DistillConfig)
     cs.store(name="shortlist_schema", node=ShortlistConfig)
     # Merged before the `train` config it extends, whose root schema (TrainConfig) then stays the type.

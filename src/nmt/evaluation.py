@@ -10,7 +10,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nmt.config import DecodingConfig, EvaluateConfig, TrainConfig, checkpoint_paths
+from nmt.config import (
+    CompareAlignmentsConfig,
+    DecodingConfig,
+    EvaluateConfig,
+    ScoreConfig,
+    TrainConfig,
+    checkpoint_paths,
+)
 from nmt.data import SPLITS, prepare_text, read_lines
 from nmt.devices import select_device
 from nmt.errors import NMTError
@@ -50,6 +57,8 @@ class EvalReport:
     step: int | None
     outputs: OutputStats  # length, loops, copies
     by_length: list[dict] | None = None  # scores per source-length bucket (eval.by_length)
+    alignments: str | None = None  # the hypotheses' word alignments (Pharaoh), with alignments=true
+    prefixes: str | None = None  # the target prefixes the hypotheses start with (prefix_file)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -61,15 +70,28 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
 
     Decoding uses the checkpoint's ``decoding`` settings (tuned with the experiment), except those
     that ``cfg.decoding`` sets. Empty source lines get empty hypotheses, as in ``translate.py``.
+    With ``prefix_file`` every hypothesis starts with its line's prefix; with ``alignments`` the word
+    alignment of each hypothesis goes to a ``.align`` file beside the hypotheses.
     """
     check_metrics(cfg.eval.metrics)  # a typo must not cost a whole decode
     device = select_device(cfg.device)
     translator = Translator.from_checkpoint(cfg.checkpoint, device, cfg.backend, cfg.ct2_model)
+    if cfg.alignments:
+        translator.require_attention("alignments=true")  # before the decode
     decoding = translator.decoding_with(cfg.decoding)
     sources, refs, test_name = evaluation_text(cfg, translator.cfg)
+    prefixes = None
+    if cfg.prefix_file:
+        prefixes = read_lines(Path(cfg.prefix_file))
+        if len(prefixes) != len(sources):
+            raise NMTError(
+                f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines for {len(sources)} sources: "
+                "give a prefix line (empty for none) per source"
+            )
     started = time.perf_counter()
     ids = translator.encode(sources)
-    hyps = translator.search(ids, decoding, progress=True)
+    forced = None if prefixes is None else translator.encode_prefixes(ids, prefixes, decoding)
+    hyps = translator.search(ids, decoding, progress=True, prefixes=forced)
     hyp_text = translator.best(hyps)
     elapsed = time.perf_counter() - started
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
@@ -84,6 +106,11 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     if decoding.nbest > 1:
         nbest = translator.texts([h for hs in hyps for h in hs])
         (hyp_path.with_suffix(".nbest")).write_text("".join(h + "\n" for h in nbest), encoding="utf-8")
+    align_path = hyp_path.with_suffix(".align") if cfg.alignments else None
+    if align_path is not None:
+        targets = [h[0].tokens if h else [] for h in hyps]
+        aligned = translator.align(ids, targets, cfg.alignment_layer, decoding.max_tokens)
+        align_path.write_text("".join(a.pharaoh() + "\n" for a in aligned), encoding="utf-8")
     out_tokens = sum(len(h[0].tokens) + 1 for h in hyps if h)
     report = EvalReport(
         checkpoint=" + ".join(str(Path(p).resolve()) for p in paths),
@@ -103,6 +130,8 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
         by_length=scores_by_length([len(s) for s in ids], hyp_text, refs, metrics=cfg.eval.metrics)
         if cfg.eval.by_length
         else None,
+        alignments=str(align_path) if align_path is not None else None,
+        prefixes=str(Path(cfg.prefix_file).resolve()) if cfg.prefix_file else None,
     )
     Path(report.report).write_text(json.dumps(report.as_dict(), indent=2) + "\n")
     if cfg.eval.tb_dir:
@@ -127,7 +156,9 @@ def report_dir(checkpoint: Path) -> Path:
     return (parent.parent if parent.name == "checkpoints" else parent) / "eval"
 
 
-def evaluation_text(cfg: EvaluateConfig, train_cfg: TrainConfig) -> tuple[list[str], list[str], str]:
+def evaluation_text(
+    cfg: EvaluateConfig | ScoreConfig | CompareAlignmentsConfig, train_cfg: TrainConfig
+) -> tuple[list[str], list[str], str]:
     """Source sentences, raw references and a name for them: ``eval.src/ref`` files or a data split."""
     if cfg.eval.src or cfg.eval.ref:
         if not (cfg.eval.src and cfg.eval.ref):

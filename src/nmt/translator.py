@@ -3,18 +3,25 @@
 The one way in for every caller (scripts, evaluation, the service): the Translator holds the model,
 its tokenizer and settings and one backend (:mod:`nmt.backends`), and answers what callers ask of a
 model (:meth:`Translator.info`, :meth:`Translator.attention`), so none of them reaches below it.
+
+Besides translating: target prefixes that translations must start with (:meth:`Translator.encode_prefixes`),
+the model's score of given translations (:meth:`Translator.score`, one forward pass, no search) and word
+alignments read off the cross-attention (:meth:`Translator.align`, :mod:`nmt.alignment`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, BinaryIO, TextIO
 
 import torch
+from tqdm.auto import tqdm
 
+from nmt.alignment import WordAlignment, attention_links, cross_attention_batches, resolve_layer, words
 from nmt.attention_maps import CrossAttention
 from nmt.backends import Backend, TorchBackend, load_backend
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
@@ -26,15 +33,39 @@ from nmt.config import (
     checkpoint_paths,
     merge_decoding,
 )
-from nmt.decoding import Hypothesis
+from nmt.decoding import Hypothesis, hypothesis, length_sorted_batches
+from nmt.decoding.common import length_budget
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, count_parameters
 from nmt.models.ensemble import Ensemble
 from nmt.tokenizer import Tokenizer
 
-__all__ = ["CrossAttention", "Hypothesis", "Translator", "translate_stream"]  # what callers get
+__all__ = [  # what callers get
+    "CrossAttention",
+    "Hypothesis",
+    "Scored",
+    "StreamOptions",
+    "Translator",
+    "WordAlignment",
+    "translate_stream",
+]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Scored:
+    """A given translation of a source as the model scores it under teacher forcing."""
+
+    log_prob: float  # log P(translation + EOS | source)
+    score: float  # the search's ranking score of it: length penalty (decoding.alpha) and word reward
+    pieces: list[str]  # its subwords, then </s>
+    token_log_probs: list[float]  # the log-probability of each piece
+
+    @property
+    def tokens(self) -> int:
+        """Its length in subwords, EOS included (the n of the length penalty)."""
+        return len(self.pieces)
 
 
 class Translator:
@@ -125,29 +156,129 @@ class Translator:
                 )
         return [seq[: self.max_source] for seq in ids]
 
+    def encode_targets(
+        self, lines: Sequence[str], first_line: int = 1, what: str = "translation"
+    ) -> list[list[int]]:
+        """Target ids of given text (translations to score, prefixes to force), without EOS. Text with
+        more subwords than the model can emit is refused in one line naming the input line."""
+        ids = self.tokenizer.encode_tgt([line.strip() for line in lines])
+        for i, seq in enumerate(ids):
+            if len(seq) > self.max_source:
+                raise NMTError(
+                    f"line {first_line + i}: the {what} has {len(seq)} subwords; "
+                    f"the model emits at most {self.max_source}"
+                )
+        return ids
+
+    def encode_prefixes(
+        self,
+        ids: Sequence[Sequence[int]],
+        prefixes: Sequence[str],
+        decoding: DecodingConfig,
+        first_line: int = 1,
+    ) -> list[list[int]]:
+        """The target prefix of each encoded source ("" = none) as target subwords without EOS, so that
+        the search continues the text rather than ends it. A prefix longer than the source's output
+        budget is refused in one line naming the input line."""
+        if len(prefixes) != len(ids):
+            raise NMTError(f"{len(prefixes)} target prefixes for {len(ids)} sources: give one per source")
+        out = self.encode_targets(prefixes, first_line, "target prefix")
+        for i, (source, prefix) in enumerate(zip(ids, out)):
+            budget = length_budget(len(source) + 1, decoding.max_len_a, decoding.max_len_b, self.max_source)
+            if len(prefix) > budget:
+                raise NMTError(
+                    f"line {first_line + i}: the target prefix has {len(prefix)} subwords, more than the "
+                    f"{budget} the output may have (decoding.max_len_a * (source subwords + 1) + "
+                    "decoding.max_len_b)"
+                )
+        return out
+
     def hypotheses(
-        self, lines: Sequence[str], decoding: DecodingConfig, progress: bool = False, first_line: int = 1
+        self,
+        lines: Sequence[str],
+        decoding: DecodingConfig,
+        progress: bool = False,
+        first_line: int = 1,
+        prefixes: Sequence[str] | None = None,
     ) -> list[list[Hypothesis]]:
-        """n-best lists of every line (an empty line gets an empty list). ``first_line`` is the input
-        line number of ``lines[0]``, for warnings."""
-        return self.search(self.encode(lines, first_line), decoding, progress)
+        """n-best lists of every line (an empty line without a prefix gets an empty list), each starting
+        with its line's target prefix when ``prefixes`` are given. ``first_line`` is the input line
+        number of ``lines[0]``, for warnings and errors."""
+        ids = self.encode(lines, first_line)
+        forced = None if prefixes is None else self.encode_prefixes(ids, prefixes, decoding, first_line)
+        return self.search(ids, decoding, progress, forced)
 
     def search(
-        self, ids: Sequence[Sequence[int]], decoding: DecodingConfig, progress: bool = False
+        self,
+        ids: Sequence[Sequence[int]],
+        decoding: DecodingConfig,
+        progress: bool = False,
+        prefixes: Sequence[Sequence[int]] | None = None,
     ) -> list[list[Hypothesis]]:
-        """n-best lists of encoded sources (from :meth:`encode`); an empty source gets an empty list."""
-        todo = [i for i, seq in enumerate(ids) if seq]
+        """n-best lists of encoded sources (from :meth:`encode`); an empty source gets an empty list,
+        unless it has a target prefix (from :meth:`encode_prefixes`), which every hypothesis starts with."""
+        todo = [i for i, seq in enumerate(ids) if seq or (prefixes is not None and prefixes[i])]
         out: list[list[Hypothesis]] = [[] for _ in ids]
-        results = self.backend.translate_ids([ids[i] for i in todo], decoding, progress)
+        sources = [ids[i] for i in todo]
+        if prefixes is None:
+            results = self.backend.translate_ids(sources, decoding, progress)
+        else:
+            forced = [prefixes[i] for i in todo]
+            results = self.backend.translate_ids(sources, decoding, progress, prefixes=forced)
         for i, hyps in zip(todo, results):
             out[i] = hyps
         return out
 
     def translate(
-        self, lines: Sequence[str], decoding: DecodingConfig, progress: bool = False, first_line: int = 1
+        self,
+        lines: Sequence[str],
+        decoding: DecodingConfig,
+        progress: bool = False,
+        first_line: int = 1,
+        prefixes: Sequence[str] | None = None,
     ) -> list[str]:
-        """Best translation of every line; empty lines stay empty."""
-        return self.best(self.hypotheses(lines, decoding, progress, first_line))
+        """Best translation of every line (starting with its prefix, if given); empty lines stay empty."""
+        return self.best(self.hypotheses(lines, decoding, progress, first_line, prefixes))
+
+    def score(
+        self,
+        sources: Sequence[str],
+        targets: Sequence[str],
+        decoding: DecodingConfig,
+        progress: bool = False,
+        first_line: int = 1,
+    ) -> list[Scored]:
+        """The model's score of each target line as the translation of its source line (teacher forcing:
+        one forward pass per batch, no search). ``decoding`` gives the score's length penalty and word
+        reward, and ``max_tokens`` per batch."""
+        if len(sources) != len(targets):
+            raise NMTError(f"{len(targets)} translations for {len(sources)} sources: give one per source")
+        return self.score_ids(
+            self.encode(sources, first_line), self.encode_targets(targets, first_line), decoding, progress
+        )
+
+    def score_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        targets: Sequence[Sequence[int]],
+        decoding: DecodingConfig,
+        progress: bool = False,
+    ) -> list[Scored]:
+        """:meth:`score` of encoded pairs: a search's hypothesis scored again gets its log-probability."""
+        found: dict[int, Scored] = {}
+        lengths = [len(s) + len(t) + 2 for s, t in zip(sources, targets)]
+        with tqdm(total=len(sources), disable=not progress, desc="scoring", unit="sent") as bar:
+            for batch in length_sorted_batches(lengths, decoding.max_tokens):
+                terms = self.backend.score_ids(
+                    [sources[i] for i in batch], [targets[i] for i in batch], decoding.max_tokens
+                )
+                for i, token_log_probs in zip(batch, terms):
+                    log_prob = math.fsum(token_log_probs)
+                    score = hypothesis(list(targets[i]), log_prob, decoding).score
+                    pieces = [*self.tokenizer.tgt_pieces(targets[i]), "</s>"]
+                    found[i] = Scored(log_prob, score, pieces, list(token_log_probs))
+                bar.update(len(batch))
+        return [found[i] for i in range(len(sources))]
 
     def best(self, hyps: list[list[Hypothesis]]) -> list[str]:
         """The text of each n-best list's first hypothesis ("" for an empty list: an empty line)."""
@@ -172,6 +303,59 @@ class Translator:
             raise NMTError("the source is empty: nothing was translated, no attention to show")
         return self.backend.attention(src_ids, list(target))
 
+    def require_attention(self, what: str) -> None:
+        """Refuse ``what`` (e.g. ``alignments=true``) up front, before any decoding, when the backend
+        has no attention weights."""
+        if not self.has_attention:
+            name = self.backend.name
+            raise NMTError(f"{what}: the {name} backend has no attention weights; use backend=torch")
+
+    def attentions(
+        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int
+    ) -> list[CrossAttention]:
+        """:meth:`attention` of many (source, target) id pairs, in batches of about ``max_tokens``."""
+        self.require_attention("attention")
+        weights = cross_attention_batches(self.model, sources, targets, max_tokens)
+        tok = self.tokenizer
+        return [
+            CrossAttention(w, [*tok.src_pieces(s), "</s>"], [*tok.tgt_pieces(t), "</s>"])
+            for w, s, t in zip(weights, sources, targets)
+        ]
+
+    def align(
+        self,
+        sources: Sequence[Sequence[int]],
+        targets: Sequence[Sequence[int]],
+        layer: int | None,
+        max_tokens: int,
+    ) -> list[WordAlignment]:
+        """The word alignment of each (source, target) id pair, a translation or a given one: for each
+        target word, the source word that decoder ``layer`` (None: the penultimate) attends to most
+        while predicting it, heads averaged (the reading chosen in docs/alignment.md)."""
+        attentions = self.attentions(sources, targets, max_tokens)
+        tok, out = self.tokenizer, []
+        for source, target, cross in zip(sources, targets, attentions):
+            index = resolve_layer(layer, cross.weights.size(0))
+            src_pieces, tgt_pieces = cross.source_tokens[:-1], cross.target_tokens[:-1]
+            out.append(
+                WordAlignment(
+                    attention_links(cross.weights[index].mean(dim=0), src_pieces, tgt_pieces, shift=False),
+                    words(source, src_pieces, tok.decode_src),
+                    words(target, tgt_pieces, tok.decode_tgt),
+                )
+            )
+        return out
+
+
+@dataclass
+class StreamOptions:
+    """What :func:`translate_stream` does besides translating each line."""
+
+    prefixes: BinaryIO | None = None  # target prefixes, a line per input line (empty = none)
+    prefix_name: str = "prefix_file"  # what errors call ``prefixes``
+    alignments: bool = False  # append a tab and the translation's word alignment (Pharaoh i-j)
+    alignment_layer: int | None = None  # None: the penultimate decoder layer
+
 
 def translate_stream(
     translator: Translator,
@@ -180,20 +364,55 @@ def translate_stream(
     decoding: DecodingConfig,
     batch_sentences: int,
     name: str = "stdin",
+    options: StreamOptions | None = None,
 ) -> None:
     """Translate ``source`` (bytes, UTF-8, called ``name`` in errors) line by line to ``target``: one
     line at a time when interactive, batches of ``batch_sentences`` otherwise, flushing after each."""
+    options = options or StreamOptions()
     interactive = source.isatty()
     size = 1 if interactive else max(1, batch_sentences)
+    prefix_lines = _lines(options.prefixes, False, options.prefix_name) if options.prefixes else None
     batch: list[str] = []
+    prefixes: list[str] = []
     done = 0  # lines written so far: warnings name input lines, not lines of the batch
     for line in _lines(source, interactive, name):
         batch.append(line)
+        if prefix_lines is not None:
+            prefix = next(prefix_lines, None)
+            if prefix is None:
+                raise NMTError(
+                    f"{options.prefix_name} has {done + len(batch) - 1} lines, {name} more: "
+                    "give a prefix line (empty for none) per input line"
+                )
+            prefixes.append(prefix)
         if len(batch) >= size:
-            _write(target, translator.translate(batch, decoding, first_line=done + 1))
-            done, batch = done + len(batch), []
+            _write(target, _translate_lines(translator, batch, prefixes, decoding, done + 1, options))
+            done, batch, prefixes = done + len(batch), [], []
     if batch:
-        _write(target, translator.translate(batch, decoding, first_line=done + 1))
+        _write(target, _translate_lines(translator, batch, prefixes, decoding, done + 1, options))
+        done += len(batch)
+    if prefix_lines is not None and next(prefix_lines, None) is not None:
+        raise NMTError(f"{options.prefix_name} has more lines than the {done} of {name}")
+
+
+def _translate_lines(
+    translator: Translator,
+    lines: list[str],
+    prefixes: list[str],
+    decoding: DecodingConfig,
+    first_line: int,
+    options: StreamOptions,
+) -> list[str]:
+    """The output lines of a batch: each translation, with a tab and its alignment when asked."""
+    ids = translator.encode(lines, first_line)
+    forced = translator.encode_prefixes(ids, prefixes, decoding, first_line) if options.prefixes else None
+    hyps = translator.search(ids, decoding, prefixes=forced)
+    texts = translator.best(hyps)
+    if not options.alignments:
+        return texts
+    targets = [h[0].tokens if h else [] for h in hyps]
+    aligned = translator.align(ids, targets, options.alignment_layer, decoding.max_tokens)
+    return [f"{text}\t{a.pharaoh()}" for text, a in zip(texts, aligned)]
 
 
 def _lines(source: BinaryIO, interactive: bool, name: str) -> Iterator[str]:

@@ -34,8 +34,13 @@ What differs from ``backend=torch``:
   finishes its k best extensions, not (as ours) every beam, and prefers cut ones (no EOS cost) when
   it keeps k: outputs that reach the budget can differ.
 - Suppressed tokens (PAD and BOS always, UNK with ``no_unk``) are removed before CTranslate2's
-  softmax and after ours: log-probabilities differ by about the suppressed probability mass
-  (1e-3 at most on the toy model), which can flip near-ties.
+  softmax and after ours: its scores differ from the model's log-probabilities by about the
+  suppressed probability mass (1e-3 at most on the toy model), which can flip near-ties. The
+  hypotheses returned are therefore scored again (:meth:`CT2Backend.score_ids`, one teacher-forced
+  pass): their log-probabilities are the model's, as with ``backend=torch``, so that scoring a
+  translation again (scripts/score.py, the service's ``/score``) gives the number its search gave.
+- Target prefixes (``prefixes``) are CTranslate2's ``target_prefix``; its length budget counts them,
+  as ours does, and its scores leave them out: such hypotheses are always scored again.
 
 - Blocked n-grams (``no_repeat_ngram``, CTranslate2's ``no_repeat_ngram_size``): both ban a token that
   would complete an n-gram already in the hypothesis, but CTranslate2 bans it before its softmax, so
@@ -135,10 +140,15 @@ class CT2Backend:
         self.suppress = [[self.pieces[PAD_ID]], [self.pieces[BOS_ID]]]
 
     def translate_ids(
-        self, sources: Sequence[Sequence[int]], cfg: DecodingConfig, progress: bool = False
+        self,
+        sources: Sequence[Sequence[int]],
+        cfg: DecodingConfig,
+        progress: bool = False,
+        prefixes: Sequence[Sequence[int]] | None = None,
     ) -> list[list[Hypothesis]]:
         """Like :func:`nmt.decoding.translate_ids`: the ``cfg.nbest`` best hypotheses per source, each
-        the same whichever other sources share the call."""
+        the same whichever other sources share the call, each starting with its source's target prefix
+        when ``prefixes`` are given (target ids, possibly empty)."""
         if cfg.no_repeat_ngram and cfg.beam_size > 1:
             raise NMTError(
                 f"backend=ct2 cannot block repeated n-grams in beam search as backend=torch does "
@@ -153,12 +163,16 @@ class CT2Backend:
         # Every call is queued before any is awaited, so inter_threads > 1 decodes groups side by side;
         # the largest (sentences x length) first, so that no large group is left to run alone at the end.
         order = sorted(groups.values(), key=lambda idx: -len(idx) * len(sources[idx[0]]))
-        calls = [(idx, *self._submit([sources[i] for i in idx], cfg)) for idx in order]
+        forced = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in sources]
+        calls = [
+            (idx, *self._submit([sources[i] for i in idx], cfg, [forced[i] for i in idx])) for idx in order
+        ]
         found: list[dict[tuple[int, ...], float | None]] = [{} for _ in sources]
         with tqdm(total=len(sources), disable=not progress, desc="decoding (ct2)", unit="sent") as bar:
             for idx, pending, lp, budget in calls:
                 for i, result in zip(idx, pending):
-                    found[i] = self._log_probs(result.result(), lp, budget, rescore=cfg.no_repeat_ngram > 0)
+                    rescore = cfg.no_repeat_ngram > 0 or bool(forced[i])
+                    found[i] = self._log_probs(result.result(), lp, budget, rescore=rescore)
                 bar.update(len(idx))
         todo = [(i, ids) for i, hyps in enumerate(found) for ids, log_p in hyps.items() if log_p is None]
         if todo:
@@ -171,11 +185,28 @@ class CT2Backend:
         for hyps in found:
             ranked = [hypothesis(list(ids), log_p, cfg) for ids, log_p in hyps.items()]
             out.append(sorted(ranked, key=lambda h: -h.score)[: cfg.nbest])
-        return out
+        return self._model_log_probs(sources, out, cfg)
 
-    def _submit(self, sources: list[list[int]], cfg: DecodingConfig) -> tuple[list[Any], float, int]:
-        """Queue the search of sources of one length, with the length penalty and budget that length
-        gives; returns the pending results (one per source), the penalty and the budget."""
+    def _model_log_probs(
+        self, sources: list[list[int]], results: list[list[Hypothesis]], cfg: DecodingConfig
+    ) -> list[list[Hypothesis]]:
+        """The hypotheses with the model's log-probabilities (:meth:`score_ids`) in place of
+        CTranslate2's, best first again."""
+        pairs = [(i, h) for i, hyps in enumerate(results) for h in hyps]
+        if not pairs:
+            return results
+        terms = self.score_ids([sources[i] for i, _ in pairs], [h.tokens for _, h in pairs], cfg.max_tokens)
+        rescored: list[list[Hypothesis]] = [[] for _ in results]
+        for (i, h), token_scores in zip(pairs, terms):
+            rescored[i].append(hypothesis(h.tokens, math.fsum(token_scores), cfg))
+        return [sorted(hyps, key=lambda h: -h.score) for hyps in rescored]
+
+    def _submit(
+        self, sources: list[list[int]], cfg: DecodingConfig, prefixes: list[list[int]]
+    ) -> tuple[list[Any], float, int]:
+        """Queue the search of sources of one length (each after its target prefix, if any), with the
+        length penalty and budget that length gives; returns the pending results (one per source), the
+        penalty and the budget."""
         n = len(sources[0]) + 1  # with EOS; the likely output length is about the source length
         lp, budget = ct2_length_penalty(cfg.alpha, n), length_budget(n, cfg, self.max_positions - 1)
         pending = self.translator.translate_batch(
@@ -193,6 +224,7 @@ class CT2Backend:
             batch_type="tokens",
             max_input_length=0,
             no_repeat_ngram_size=cfg.no_repeat_ngram,
+            target_prefix=[[self.pieces[i] for i in p] or None for p in prefixes] if any(prefixes) else None,
         )
         return pending, lp, budget
 

@@ -1,0 +1,38 @@
+"""Score translations with a checkpoint: the model's log-probability of each given translation (teacher
+forcing, one forward pass per batch: no search).
+
+    python scripts/score.py checkpoint=PATH eval.src=FILE eval.ref=FILE [format=json] [per_token=true]
+    python scripts/score.py checkpoint=PATH data.split=test      # the split's references
+
+One line per sentence pair to stdout or ``output=FILE``: log-probability, score and subwords (TSV), or a
+JSON object (``format=json``); ``per_token=true`` adds each subword's log-probability and
+``alignments=true`` each pair's word alignment. The corpus means go to stderr. ``backend=ct2``, ensembles
+(``checkpoint=[a.pt,b.pt]``) and ``decoding.alpha``/``decoding.word_reward`` (the score) as for evaluate.py.
+"""
+
+import contextlib
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.cli import run_cli
+from nmt.config import register_configs
+from nmt.scoring import format_scores, score_corpus
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="score")
+@run_cli
+def main(cfg: DictConfig) -> None:
+    cfg = OmegaConf.to_object(cfg)
+    run = score_corpus(cfg)
+    with contextlib.ExitStack() as files:
+        out = files.enter_context(open(cfg.output, "w", encoding="utf-8")) if cfg.output else sys.stdout
+        out.write(format_scores(run, cfg.format, cfg.per_token))
+    print(run.summary(), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
