@@ -20,9 +20,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from nmt.cache import atomic_write_text
 from nmt.checkpoint import checkpoint_config, load_checkpoint
@@ -57,6 +59,16 @@ class Shortlist:
             for token in set(source):
                 chosen.update(self.candidates[token])
         return sorted(chosen)
+
+    @cached_property
+    def table(self) -> torch.Tensor:
+        """(source vocabulary, longest candidate list) target ids: row s holds ``candidates[s]``, padded
+        with PAD (a special id, a candidate of every batch anyway); search gathers its batches' rows."""
+        width = max(1, max(map(len, self.candidates), default=0))
+        table = torch.full((len(self.candidates), width), PAD_ID, dtype=torch.long)
+        for s, targets in enumerate(self.candidates):
+            table[s, : len(targets)] = torch.tensor(targets, dtype=torch.long)
+        return table
 
     def filename(self) -> str:
         return shortlist_filename(self.k, self.frequent)

@@ -120,6 +120,7 @@ def constrain(
     return log_probs
 
 
+@dataclass
 class BatchVocab:
     """The target ids a batch is scored over with a vocabulary shortlist (:mod:`nmt.shortlist`): the
     sorted union of its sentences' candidates, and which of them are each sentence's own.
@@ -133,30 +134,27 @@ class BatchVocab:
     ``position`` maps to.
     """
 
-    def __init__(self, ids: list[int], own: list[set[int]], vocab_size: int, device: torch.device | str):
-        index = {t: i for i, t in enumerate(ids)}
-        self.ids = torch.tensor(ids, dtype=torch.long, device=device)
-        self.position = torch.zeros(vocab_size, dtype=torch.long)  # PAD's position for ids not in
-        self.position[ids] = torch.arange(len(ids))
-        self.position = self.position.to(device)
-        self.allowed = None  # every sentence's candidates are the union's
-        if any(len(candidates) < len(ids) for candidates in own):
-            allowed = torch.zeros(len(own), len(ids), dtype=torch.bool)
-            for i, candidates in enumerate(own):
-                allowed[i, [index[t] for t in candidates]] = True
-            self.allowed = allowed.to(device)
+    ids: Tensor  # (n,) ascending target ids
+    allowed: Tensor | None  # (sentences, n) bool: each sentence's own; None when every one's are all n
+    position: Tensor  # (target vocabulary,) each id's position in ids (PAD's, 0, for the ids not in)
 
     @classmethod
     def of(
         cls, shortlist: Shortlist, src: Tensor, prefixes: Sequence[Sequence[int]] | None, vocab_size: int
     ) -> BatchVocab:
-        """The candidates of the sentences of ``src`` (a padded batch) and their ``prefixes``."""
-        own = []
-        for i, row in enumerate(src.tolist()):
-            candidates = set(shortlist.select([[t for t in row if t != PAD_ID]]))
-            candidates.update(SPECIALS, prefixes[i] if prefixes is not None else ())
-            own.append(candidates)
-        return cls(sorted(set().union(*own)), own, vocab_size, src.device)
+        """The candidates of the sentences of ``src`` (a padded batch) and their ``prefixes``, found
+        on the batch's device: a sentence's row of a (sentences, vocabulary) membership table."""
+        device = src.device
+        member = torch.zeros(src.size(0), vocab_size, dtype=torch.bool, device=device)
+        member.scatter_(1, shortlist.table.to(device)[src].flatten(1), True)  # PAD's row: PAD alone
+        member[:, torch.tensor([*SPECIALS, *shortlist.always], device=device)] = True
+        for i, prefix in enumerate(prefixes or ()):
+            member[i, torch.tensor(list(prefix), dtype=torch.long, device=device)] = True
+        ids = member.any(dim=0).nonzero().squeeze(1)
+        allowed = member[:, ids]
+        position = torch.zeros(vocab_size, dtype=torch.long, device=device)
+        position[ids] = torch.arange(ids.numel(), device=device)
+        return cls(ids, None if bool(allowed.all()) else allowed, position)
 
     def rows(self, per_sentence: int) -> OutputVocab:
         """What the model scores for a state of ``per_sentence`` consecutive rows per sentence."""

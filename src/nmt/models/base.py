@@ -102,7 +102,8 @@ class Seq2Seq(nn.Module):
         with it. Called once, after ``init_state``."""
         bias = self.output.bias
         rows = OutputRows(self.output.weight[vocab.ids], None if bias is None else bias[vocab.ids])
-        return {**state, "output": {"rows": rows, "allowed": vocab.allowed}}
+        outside = None if vocab.allowed is None else ~vocab.allowed
+        return {**state, "output": {"rows": rows, "outside": outside}}
 
     def output_log_probs(self, hidden: Tensor, state: State) -> Tensor:
         """fp32 log-probabilities of the next token from the decoder's output ``hidden`` (rows, dim): over
@@ -111,8 +112,8 @@ class Seq2Seq(nn.Module):
             return log_softmax_fp32(self.output(hidden))
         restricted = state["output"]
         logits = nn.functional.linear(hidden, restricted["rows"].weight, restricted["rows"].bias)
-        if restricted["allowed"] is not None:
-            logits = logits.masked_fill(~restricted["allowed"], -math.inf)
+        if restricted["outside"] is not None:
+            logits.masked_fill_(restricted["outside"], -math.inf)  # a new tensor: no copy needed
         return log_softmax_fp32(logits)
 
     def reorder(self, state: State, beam_indices: Tensor) -> State:
