@@ -1,4 +1,4 @@
-"""Build a vocabulary shortlist: ``python scripts/build_shortlist.py checkpoint=PATH [k=50] [frequent=100]``.
+"""Build a vocabulary shortlist: ``python scripts/build_shortlist.py checkpoint=PATH [k=10] [frequent=100]``.
 
 For every source subword its k likeliest target subwords (sentence-level co-occurrence in the training
 data), plus the most frequent target subwords, written beside the checkpoint as

@@ -537,7 +537,7 @@ class ShortlistConfig:
 
     checkpoint: str = MISSING  # the model whose tokenizer the shortlist is for; written beside it
     data: DataConfig | None = None  # whose training split the statistics come from; None = the model's
-    k: int = 50  # likeliest target subwords kept per source subword (beyond the frequent ones)
+    k: int = 10  # likeliest target subwords per source subword beyond the frequent ones (docs/decoding.md)
     frequent: int = 100  # most frequent target subwords, always candidates
     output: str | None = None  # default: shortlist.k{k}.n{frequent}.json beside the checkpoint
     vmap: str | None = None  # also write it as a CTranslate2 vocabulary map, e.g. CT2_MODEL_DIR/vmap.txt
