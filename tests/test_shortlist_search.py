@@ -224,3 +224,13 @@ def test_the_translator_reads_the_shortlist_once_and_decodes_over_it(tmp_path, m
     monkeypatch.undo()
     with pytest.raises(NMTError, match="shortlist not found: .*missing.json"):
         translator.decoding_with(DecodingOverrides(shortlist=str(tmp_path / "missing.json")))
+
+
+def test_a_backend_without_shortlists_refuses_one_rather_than_ignoring_it(tmp_path):
+    checkpoint = write_checkpoint(tmp_path / "model.pt", tmp_path, "bpe", seed=1)
+    torch_translator = Translator.from_checkpoint(str(checkpoint), torch.device("cpu"))
+    other = SimpleNamespace(name="ct2")
+    translator = Translator(torch_translator.model, torch_translator.tokenizer, torch_translator.cfg, other)
+    assert translator.decoding_with(DecodingOverrides()).shortlist is None
+    with pytest.raises(NMTError, match=r"shortlist=s.json: backend=ct2 does not decode over a shortlist"):
+        translator.decoding_with(DecodingOverrides(shortlist="s.json"))

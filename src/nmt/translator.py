@@ -141,6 +141,11 @@ class Translator:
         check_decoding(decoding)
         if isinstance(self.backend, TorchBackend):
             self.backend.shortlist(decoding.shortlist)
+        elif decoding.shortlist is not None:
+            raise NMTError(
+                f"decoding.shortlist={decoding.shortlist}: backend={self.backend.name} does not decode over "
+                "a shortlist; use backend=torch or decoding.shortlist=null"
+            )
         return decoding
 
     def encode(self, lines: Sequence[str], first_line: int = 1) -> list[list[int]]:
