@@ -39,8 +39,15 @@ from nmt.serve.limits import (
     read_body,
 )
 from nmt.serve.metrics import ServiceMetrics
-from nmt.serve.requests import parse_request
-from nmt.serve.work import JobResult, TranslatorSpec, load_work, translate_batch
+from nmt.serve.requests import parse_request, parse_score
+from nmt.serve.work import (
+    JobResult,
+    ScoreSettings,
+    TranslateSettings,
+    TranslatorSpec,
+    load_work,
+    translate_batch,
+)
 from nmt.serve.workers import InlineWorker, Refused, Worker, WorkerFailed, WorkerTimeout
 from nmt.translator import Translator
 
@@ -140,8 +147,18 @@ def create_app(
                 raise BadRequest(
                     422, "attention", f"the {backend} backend has no attention weights; use backend=torch"
                 )
+            if parsed.alignments and not translator.has_attention:
+                raise BadRequest(
+                    422, "alignments", f"the {backend} backend has no attention weights; use backend=torch"
+                )
             ids = translator.encode(parsed.text)
             lengths = [len(s) for s in ids]
+            prefixes = None
+            if parsed.prefix is not None:
+                try:
+                    prefixes = translator.encode_prefixes(ids, parsed.prefix, decoding)
+                except NMTError as e:
+                    raise BadRequest(422, "prefix", str(e)) from None
             asked = set(parsed.model_fields_set)
             check_output_length(lengths, decoding, limits, translator.max_source, asked)
             if parsed.attention:
@@ -150,10 +167,28 @@ def create_app(
             return answer(e.status, e.body())
         except ClientDisconnect:
             return answer(CLIENT_GONE, {"error": "the client left"})
+        # requests with target prefixes share a search only with requests of the same prefixes
+        prefix_key = tuple(map(tuple, prefixes)) if prefixes else None
+        key = (astuple(decoding), parsed.attention, parsed.alignments, prefix_key)
+        job_settings = TranslateSettings(decoding, parsed.attention, parsed.alignments, prefixes)
+        return await finish(request, answer, ids, key, job_settings, deadline, "translations", decoding)
+
+    async def finish(
+        request: Request,
+        answer: Any,
+        ids: list[list[int]],
+        key: Any,
+        job_settings: TranslateSettings | ScoreSettings,
+        deadline: float,
+        name: str,
+        decoding: DecodingConfig,
+    ) -> Response:
+        """Queue the job, wait for its worker and answer ``{name: ..., "decoding", "backend",
+        "elapsed_ms"}``, or the error that stopped it."""
+        loop = asyncio.get_running_loop()
+        started = deadline - limits.timeout_s
         try:
-            job = batcher.submit(
-                ids, (astuple(decoding), parsed.attention), (decoding, parsed.attention), deadline
-            )
+            job = batcher.submit(ids, key, job_settings, deadline)
         except QueueFull as e:
             return answer(
                 503, {"error": f"busy: {e}; retry later"}, {"Retry-After": str(limits.retry_after_s)}
@@ -186,12 +221,53 @@ def create_app(
                 return answer(422, {"error": f"text: {message}", "field": "text"})
             message = "decoding: these settings give scores that are not finite numbers"
             return answer(422, {"error": message, "field": "decoding"})
-        metrics.sentences.inc(sentences)
-        metrics.source_tokens.inc(sum(lengths))
-        metrics.target_tokens.inc(result.target_tokens)
+        if name == "translations":
+            metrics.sentences.inc(len(ids))
+            metrics.source_tokens.inc(sum(len(s) for s in ids))
+            metrics.target_tokens.inc(result.target_tokens)
         elapsed_ms = round(1000 * (loop.time() - started), 1)
         tail = {"decoding": asdict(decoding), "backend": backend, "elapsed_ms": elapsed_ms}
-        return answer(200, b'{"translations":' + result.translations + b"," + json.dumps(tail)[1:].encode())
+        head = f'{{"{name}":'.encode()
+        return answer(200, head + result.translations + b"," + json.dumps(tail)[1:].encode())
+
+    @app.post("/score")
+    async def score(request: Request) -> Response:
+        """The model's score of given translations (the page's edited translation), hardened as
+        ``/translate``: the same limits, queue, workers and timeout."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + limits.timeout_s
+        sentences = 0
+
+        def answer(
+            status: int, body: dict[str, Any] | bytes, headers: dict[str, str] | None = None
+        ) -> Response:
+            metrics.answered("/score", status, sentences, loop.time() - started)
+            if isinstance(body, dict):
+                return JSONResponse(body, status_code=status, headers=headers)
+            return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+        try:
+            check_content_type(request.headers.get("content-type"))
+            declared_length(request.headers.get("content-length"), max_body)
+            parsed = parse_score(await read_body(request.stream(), max_body), limits)
+            sentences = len(parsed.text)
+            if parsed.alignments and not translator.has_attention:
+                raise BadRequest(
+                    422, "alignments", f"the {backend} backend has no attention weights; use backend=torch"
+                )
+            ids = translator.encode(parsed.text)
+            try:
+                targets = translator.encode_targets(parsed.target)
+            except NMTError as e:
+                raise BadRequest(422, "target", str(e)) from None
+        except BadRequest as e:
+            return answer(e.status, e.body())
+        except ClientDisconnect:
+            return answer(CLIENT_GONE, {"error": "the client left"})
+        key = ("score", astuple(defaults), parsed.alignments)
+        job_settings = ScoreSettings(defaults, targets, parsed.alignments)
+        return await finish(request, answer, ids, key, job_settings, deadline, "scores", defaults)
 
     return app
 

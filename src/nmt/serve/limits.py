@@ -103,7 +103,7 @@ def check_depth(body: bytes) -> None:
         )
 
 
-def check_text(lines: Sequence[str]) -> None:
+def check_text(lines: Sequence[str], field: str = "text") -> None:
     """Text that can be encoded: JSON's ``\\ud800`` escapes can make a lone surrogate, which no UTF-8
     (and so no tokenizer) can represent."""
     for i, line in enumerate(lines):
@@ -111,7 +111,7 @@ def check_text(lines: Sequence[str]) -> None:
             line.encode("utf-8")
         except UnicodeEncodeError as e:
             raise BadRequest(
-                422, f"text.{i}", f"a lone surrogate at character {e.start} is not text"
+                422, f"{field}.{i}", f"a lone surrogate at character {e.start} is not text"
             ) from None
 
 

@@ -1,5 +1,5 @@
-"""What a client may send to ``POST /translate`` and how a bad request is answered: a JSON error
-``{"error": ..., "field": ...}`` with a 4xx status that names what is wrong.
+"""What a client may send to ``POST /translate`` and ``POST /score``, and how a bad request is answered:
+a JSON error ``{"error": ..., "field": ...}`` with a 4xx status that names what is wrong.
 
 The decoding fields of a request are made from :class:`~nmt.config.DecodingConfig`: every option
 that changes the translation, each with its value rule (the one ``decoding.*`` of the scripts is
@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError
 from nmt.config import DecodingConfig, DecodingOverrides, Rule, ServerLimits
 from nmt.serve.limits import BadRequest, check_depth, check_text
 
-__all__ = ["BadRequest", "TranslateRequest", "parse_request", "request_model"]
+__all__ = ["BadRequest", "ScoreRequest", "TranslateRequest", "parse_request", "parse_score", "request_model"]
 
 SERVER_SIDE = tuple(f.name for f in fields(DecodingConfig) if f.metadata["speed_only"])
 
@@ -33,6 +33,8 @@ class RequestBase(BaseModel):
 
     text: list[str]
     attention: bool = False  # also return the cross-attention of the chosen hypotheses (torch backend)
+    alignments: bool = False  # also return the word alignment of the chosen hypotheses (torch backend)
+    prefix: list[str] | None = None  # target prefixes, one per sentence ("" = none): translations start so
 
     def decoding(self) -> DecodingOverrides:
         return DecodingOverrides(**{f.name: getattr(self, f.name, None) for f in fields(DecodingOverrides)})
@@ -66,9 +68,53 @@ def request_model(config: type = DecodingConfig) -> type[RequestBase]:
 TranslateRequest = request_model()
 
 
+class ScoreRequest(BaseModel):
+    """Sources and a translation of each to score (with the server's length penalty and word reward)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: list[str]
+    target: list[str]  # the translation of each source, to score
+    alignments: bool = False  # also return the word alignment of each pair (torch backend)
+
+
 def parse_request(body: bytes, limits: ServerLimits) -> TranslateRequest:
     """The request in ``body``, or BadRequest: 400 (not UTF-8, not JSON, nested too deeply), 422 (a
     field's type or value), 413 (more sentences or characters than the server takes)."""
+    request = validate(TranslateRequest, json_object(body))
+    lines = request.text + (request.prefix or [])
+    check_sizes(len(request.text), lines, limits)
+    if request.prefix is not None and len(request.prefix) != len(request.text):
+        message = f"{len(request.prefix)} prefixes for {len(request.text)} sentences: give one per sentence"
+        raise BadRequest(422, "prefix", message)
+    if request.beam_size is not None and request.beam_size > limits.max_beam_size:
+        raise BadRequest(422, "beam_size", f"{request.beam_size} is out of range 1..{limits.max_beam_size}")
+    if request.no_repeat_ngram is not None and request.no_repeat_ngram > limits.max_output_tokens:
+        raise BadRequest(
+            422,
+            "no_repeat_ngram",
+            f"{request.no_repeat_ngram} is longer than any output (serve.max_output_tokens="
+            f"{limits.max_output_tokens})",
+        )
+    check_text(request.text)
+    check_text(request.prefix or [], "prefix")
+    return request
+
+
+def parse_score(body: bytes, limits: ServerLimits) -> ScoreRequest:
+    """The ``POST /score`` request in ``body``, refused as :func:`parse_request` refuses, and with 422
+    when ``target`` does not have one translation per source."""
+    request = validate(ScoreRequest, json_object(body))
+    check_sizes(len(request.text), request.text + request.target, limits)
+    if len(request.target) != len(request.text):
+        message = f"{len(request.target)} translations for {len(request.text)} sources: give one per source"
+        raise BadRequest(422, "target", message)
+    check_text(request.text)
+    check_text(request.target, "target")
+    return request
+
+
+def json_object(body: bytes) -> dict:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -80,8 +126,12 @@ def parse_request(body: bytes, limits: ServerLimits) -> TranslateRequest:
         raise BadRequest(400, "body", f"not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     if not isinstance(data, dict):
         raise BadRequest(400, "body", 'a JSON object is expected, e.g. {"text": ["A sentence."]}')
+    return data
+
+
+def validate(model: type[BaseModel], data: dict) -> Any:
     try:
-        request = TranslateRequest.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         error = e.errors()[0]
         field = ".".join(str(part) for part in error["loc"]) or "body"
@@ -89,21 +139,12 @@ def parse_request(body: bytes, limits: ServerLimits) -> TranslateRequest:
         if field.split(".")[0] in SERVER_SIDE:
             message = "set by the server, not per request"
         raise BadRequest(422, field, message) from None
-    if len(request.text) > limits.max_sentences:
-        raise BadRequest(
-            413, "text", f"{len(request.text)} sentences; at most {limits.max_sentences} per request"
-        )
-    chars = sum(len(line) for line in request.text)
+
+
+def check_sizes(sentences: int, lines: list[str], limits: ServerLimits) -> None:
+    """413 for more sentences, or characters over all the request's text, than the server takes."""
+    if sentences > limits.max_sentences:
+        raise BadRequest(413, "text", f"{sentences} sentences; at most {limits.max_sentences} per request")
+    chars = sum(len(line) for line in lines)
     if chars > limits.max_chars:
         raise BadRequest(413, "text", f"{chars} characters; at most {limits.max_chars} per request")
-    if request.beam_size is not None and request.beam_size > limits.max_beam_size:
-        raise BadRequest(422, "beam_size", f"{request.beam_size} is out of range 1..{limits.max_beam_size}")
-    if request.no_repeat_ngram is not None and request.no_repeat_ngram > limits.max_output_tokens:
-        raise BadRequest(
-            422,
-            "no_repeat_ngram",
-            f"{request.no_repeat_ngram} is longer than any output (serve.max_output_tokens="
-            f"{limits.max_output_tokens})",
-        )
-    check_text(request.text)
-    return request

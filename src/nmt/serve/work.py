@@ -1,8 +1,9 @@
 """What a worker process does: load the Translator once (:class:`TranslatorSpec`), then turn each batch of
 requests into their answers, already as JSON, so the server's event loop only joins bytes.
 
-A batch is a list of ``(ids, (decoding, attention))``, one per request, all with the same settings; they
-are decoded in one search. Each request's answer is a :class:`JobResult`.
+A batch is a list of ``(ids, settings)``, one per request, all with the same batching key: translations
+(:class:`TranslateSettings`) decoded in one search, or translations to score (:class:`ScoreSettings`) in one
+forward pass. Each request's answer is a :class:`JobResult`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,29 @@ from typing import Any
 
 from nmt.config import DecodingConfig
 from nmt.devices import select_device
-from nmt.translator import Hypothesis, Translator
+from nmt.translator import Hypothesis, Translator, WordAlignment
 
-Item = tuple[list[list[int]], tuple[DecodingConfig, bool]]  # (a request's source ids, its settings)
+
+@dataclass
+class TranslateSettings:
+    """What ``POST /translate`` asks besides the sentences."""
+
+    decoding: DecodingConfig
+    attention: bool = False  # the cross-attention of each chosen translation
+    alignments: bool = False  # the word alignment of each chosen translation
+    prefixes: list[list[int]] | None = None  # target prefixes (ids), one per sentence of the request
+
+
+@dataclass
+class ScoreSettings:
+    """What ``POST /score`` asks besides the sources: the translations to score."""
+
+    decoding: DecodingConfig  # the score's length penalty and word reward
+    targets: list[list[int]]  # target ids, one per source of the request
+    alignments: bool = False
+
+
+Item = tuple[list[list[int]], TranslateSettings | ScoreSettings]  # (a request's source ids, its settings)
 
 
 @dataclass(frozen=True)
@@ -53,29 +74,81 @@ def load_work(spec: TranslatorSpec, max_bytes: int) -> Callable[[list[Item]], li
 
 
 def translate_batch(translator: Translator, max_bytes: int, items: list[Item]) -> list[JobResult]:
-    """Decode the requests of ``items`` (one decoding setting) in one search; per request, its answer."""
-    decoding, attention = items[0][1]
+    """Decode the requests of ``items`` (one decoding setting) in one search, or score them
+    (:func:`score_batch`); per request, its answer."""
+    settings = items[0][1]
+    if isinstance(settings, ScoreSettings):
+        return score_batch(translator, max_bytes, items)
+    decoding, attention = settings.decoding, settings.attention
     ids = [s for sources, _ in items for s in sources]
-    hyps = translator.search(ids, decoding)
+    prefixes = None
+    if any(s.prefixes for _, s in items):
+        prefixes = [p for sources, s in items for p in (s.prefixes or [[] for _ in sources])]
+    hyps = translator.search(ids, decoding, prefixes=prefixes)
+    aligned = None
+    if settings.alignments:
+        targets = [nbest[0].tokens if nbest else [] for nbest in hyps]
+        aligned = translator.align(ids, targets, None, decoding.max_tokens)
     results, start = [], 0
     for sources, _ in items:
         nbests = hyps[start : start + len(sources)]
+        links = aligned[start : start + len(sources)] if aligned is not None else [None] * len(sources)
         start += len(sources)
         sentences = [
-            sentence_result(translator, src, nbest, attention) for src, nbest in zip(sources, nbests)
+            sentence_result(translator, src, nbest, attention, a)
+            for src, nbest, a in zip(sources, nbests, links)
         ]
         tokens = sum(len(nbest[0].tokens) for nbest in nbests if nbest)
-        try:
-            body = json.dumps(sentences, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-        except ValueError:  # NaN or an infinity among the scores
-            results.append(JobResult(None, 0, tokens))
-            continue
-        results.append(JobResult(body if len(body) <= max_bytes else None, len(body), tokens))
+        results.append(json_result(sentences, max_bytes, tokens))
     return results
 
 
+def score_batch(translator: Translator, max_bytes: int, items: list[Item]) -> list[JobResult]:
+    """Score the translations of the requests of ``items`` (one decoding setting) together; per request,
+    a list of ``{"log_prob", "score", "tokens", "pieces", "token_log_probs"}`` (and ``alignment``)."""
+    settings = [s for _, s in items]
+    decoding, alignments = settings[0].decoding, settings[0].alignments
+    ids = [s for sources, _ in items for s in sources]
+    targets = [t for s in settings for t in s.targets]
+    scored = translator.score_ids(ids, targets, decoding)
+    aligned = translator.align(ids, targets, None, decoding.max_tokens) if alignments else None
+    results, start = [], 0
+    for sources, _ in items:
+        answers = []
+        for i in range(start, start + len(sources)):
+            s = scored[i]
+            answer = {"log_prob": s.log_prob, "score": s.score, "tokens": s.tokens}
+            answer |= {"pieces": s.pieces, "token_log_probs": s.token_log_probs}
+            if aligned is not None:
+                answer["alignment"] = alignment_result(aligned[i])
+            answers.append(answer)
+        start += len(sources)
+        results.append(json_result(answers, max_bytes, 0))
+    return results
+
+
+def json_result(sentences: list[dict[str, Any]], max_bytes: int, tokens: int) -> JobResult:
+    try:
+        body = json.dumps(sentences, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    except ValueError:  # NaN or an infinity among the scores
+        return JobResult(None, 0, tokens)
+    return JobResult(body if len(body) <= max_bytes else None, len(body), tokens)
+
+
+def alignment_result(alignment: WordAlignment) -> dict[str, Any]:
+    return {
+        "source_words": alignment.source_words,
+        "target_words": alignment.target_words,
+        "links": [list(link) for link in alignment.links],  # [source word, target word], from 0
+    }
+
+
 def sentence_result(
-    translator: Translator, src: list[int], nbest: Sequence[Hypothesis], attention: bool
+    translator: Translator,
+    src: list[int],
+    nbest: Sequence[Hypothesis],
+    attention: bool,
+    alignment: WordAlignment | None = None,
 ) -> dict[str, Any]:
     texts = translator.texts(nbest)
     result: dict[str, Any] = {
@@ -91,4 +164,6 @@ def sentence_result(
             "target_tokens": cross.target_tokens,
             "weights": cross.weights.round(decimals=4).tolist(),  # [layer][head][target][source]
         }
+    if alignment is not None and nbest:
+        result["alignment"] = alignment_result(alignment)
     return result
