@@ -49,3 +49,17 @@ def test_a_wrong_import_fails_naming_both_modules(tmp_path, module, wrong_import
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert contract in result.stdout
+
+
+def test_no_two_modules_share_a_name():
+    """One name, one module: ``decoding`` is the search, not also a benchmark's file."""
+    package = REPO / "src" / "nmt"
+    names: dict[str, list[str]] = {}
+    for path in package.rglob("*.py"):
+        if path.name != "__init__.py":
+            names.setdefault(path.stem, []).append(str(path.relative_to(package)))
+    for path in package.rglob("*/"):
+        if (path / "__init__.py").exists():
+            names.setdefault(path.name, []).append(str(path.relative_to(package)) + "/")
+    shared = {name: paths for name, paths in names.items() if len(paths) > 1}
+    assert not shared, shared

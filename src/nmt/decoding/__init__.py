@@ -12,7 +12,7 @@ sentences are done, and builds the hypotheses at the end.
 - :mod:`~nmt.decoding.beam`: beam search, in named steps (its docstring lists them);
 - :mod:`~nmt.decoding.decode`: :func:`translate_ids`, many sentences in batches, in input order,
   optionally each forced through a target prefix;
-- :mod:`~nmt.decoding.scoring`: :func:`score_ids`, the model's log-probability of given translations.
+- :mod:`~nmt.decoding.forced`: :func:`score_ids`, the model's log-probability of given translations.
 
 Length normalisation is GNMT's (Wu et al., 2016): a finished hypothesis y scores
 ``log P(y | x) / ((5 + |y|) / 6) ** alpha + word_reward * |y|``, where |y| counts the generated tokens
@@ -37,7 +37,7 @@ from nmt.decoding.common import (
 )
 from nmt.decoding.decode import search, translate_ids
 from nmt.decoding.greedy import greedy_search
-from nmt.decoding.scoring import Score, score_ids
+from nmt.decoding.forced import Score, score_ids
 
 _mask_logits = mask_logits  # its former name, still imported by code written against it
 
