@@ -36,8 +36,8 @@ from nmt.decoding.common import (
     pad_batch,
 )
 from nmt.decoding.decode import search, translate_ids
-from nmt.decoding.greedy import greedy_search
 from nmt.decoding.forced import Score, score_ids
+from nmt.decoding.greedy import greedy_search
 
 _mask_logits = mask_logits  # its former name, still imported by code written against it
 
