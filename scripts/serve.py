@@ -26,7 +26,7 @@ def main(cfg: DictConfig) -> None:
     check_values(cfg, SERVE_RULES)
     spec = TranslatorSpec(cfg.checkpoint, cfg.device, cfg.backend, cfg.ct2_model)
     translator = spec.load()
-    app = create_app(translator, cfg.serve, translator.decoding_with(cfg.decoding), spec)
+    app = create_app(translator, cfg.serve, translator.decoding_with(cfg.decoding), spec, cfg.alignment_layer)
     print(f"serving on http://{cfg.host}:{cfg.port}/ (Ctrl-C stops)", flush=True)
     # The access log is the service's own (logger nmt.serve.access: status, sentences, milliseconds).
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)

@@ -176,3 +176,14 @@ def test_the_page_continues_a_prefix_links_words_and_rescores(translator, pairs,
     score = translator.score(sources[:1], refs[:1], decoding)[0]
     assert shown.startswith(f"score {score.score:.3f}, log P {score.log_prob:.3f}, {score.tokens} subwords")
     assert (tmp_path / "page.png").stat().st_size > 10_000
+
+
+def test_the_service_aligns_with_its_alignment_layer(translator, pairs):
+    sources, refs = pairs[0][:2], pairs[1][:2]
+    defaults = translator.decoding_with(DecodingOverrides())
+    expected = translator.align(translator.encode(sources), translator.encode_targets(refs), -1, 4000)
+    default = translator.align(translator.encode(sources), translator.encode_targets(refs), None, 4000)
+    assert [a.links for a in expected] != [a.links for a in default]  # the layer matters for these pairs
+    with TestClient(create_app(translator, LIMITS, defaults, alignment_layer=-1)) as client:
+        body = client.post("/score", json={"text": sources, "target": refs, "alignments": True}).json()
+    assert [s["alignment"]["links"] for s in body["scores"]] == [[list(x) for x in a.links] for a in expected]

@@ -61,8 +61,10 @@ def create_app(
     limits: ServerLimits,
     defaults: DecodingConfig,
     spec: TranslatorSpec | None = None,
+    alignment_layer: int | None = None,
 ) -> FastAPI:
-    """The service; ``defaults`` are the decoding settings of a request that sets none.
+    """The service; ``defaults`` are the decoding settings of a request that sets none, and
+    ``alignment_layer`` the decoder layer of the word alignments asked for (None: the penultimate).
 
     With ``spec`` (how ``translator`` was built), ``serve.workers`` processes decode, each building
     its own Translator from it, and a batch past ``serve.timeout_s`` is stopped with its process.
@@ -170,7 +172,9 @@ def create_app(
         # requests with target prefixes share a search only with requests of the same prefixes
         prefix_key = tuple(map(tuple, prefixes)) if prefixes else None
         key = (astuple(decoding), parsed.attention, parsed.alignments, prefix_key)
-        job_settings = TranslateSettings(decoding, parsed.attention, parsed.alignments, prefixes)
+        job_settings = TranslateSettings(
+            decoding, parsed.attention, parsed.alignments, prefixes, alignment_layer
+        )
         return await finish(request, answer, ids, key, job_settings, deadline, "translations", decoding)
 
     async def finish(
@@ -266,7 +270,7 @@ def create_app(
         except ClientDisconnect:
             return answer(CLIENT_GONE, {"error": "the client left"})
         key = ("score", astuple(defaults), parsed.alignments)
-        job_settings = ScoreSettings(defaults, targets, parsed.alignments)
+        job_settings = ScoreSettings(defaults, targets, parsed.alignments, alignment_layer)
         return await finish(request, answer, ids, key, job_settings, deadline, "scores", defaults)
 
     return app

@@ -27,6 +27,7 @@ class TranslateSettings:
     attention: bool = False  # the cross-attention of each chosen translation
     alignments: bool = False  # the word alignment of each chosen translation
     prefixes: list[list[int]] | None = None  # target prefixes (ids), one per sentence of the request
+    alignment_layer: int | None = None  # the decoder layer of the alignments (None: the penultimate)
 
 
 @dataclass
@@ -36,6 +37,7 @@ class ScoreSettings:
     decoding: DecodingConfig  # the score's length penalty and word reward
     targets: list[list[int]]  # target ids, one per source of the request
     alignments: bool = False
+    alignment_layer: int | None = None
 
 
 Item = tuple[list[list[int]], TranslateSettings | ScoreSettings]  # (a request's source ids, its settings)
@@ -88,7 +90,7 @@ def translate_batch(translator: Translator, max_bytes: int, items: list[Item]) -
     aligned = None
     if settings.alignments:
         targets = [nbest[0].tokens if nbest else [] for nbest in hyps]
-        aligned = translator.align(ids, targets, None, decoding.max_tokens)
+        aligned = translator.align(ids, targets, settings.alignment_layer, decoding.max_tokens)
     results, start = [], 0
     for sources, _ in items:
         nbests = hyps[start : start + len(sources)]
@@ -111,7 +113,8 @@ def score_batch(translator: Translator, max_bytes: int, items: list[Item]) -> li
     ids = [s for sources, _ in items for s in sources]
     targets = [t for s in settings for t in s.targets]
     scored = translator.score_ids(ids, targets, decoding)
-    aligned = translator.align(ids, targets, None, decoding.max_tokens) if alignments else None
+    layer = settings[0].alignment_layer
+    aligned = translator.align(ids, targets, layer, decoding.max_tokens) if alignments else None
     results, start = [], 0
     for sources, _ in items:
         answers = []
