@@ -124,3 +124,29 @@ def test_attention_is_refused_when_it_could_exceed_the_response_limit():
     check_attention_size([20] * 4, decoding, LIMITS, 255, model)  # 1,032,192 bytes: under 1 MiB
     status, field, message = refused(check_attention_size, [20] * 64, decoding, LIMITS, 255, model)
     assert (status, field) == (422, "attention") and "serve.max_response_mb=1" in message
+
+
+def test_the_backend_is_asked_once_per_distinct_settings():
+    from nmt.errors import NMTError
+    from nmt.serve.app import BackendCheck
+
+    class Translator:
+        calls = 0
+
+        def search(self, ids, decoding):
+            self.calls += 1
+            if decoding.no_repeat_ngram and decoding.beam_size > 1:
+                raise NMTError(f"cannot block (decoding.no_repeat_ngram={decoding.no_repeat_ngram})")
+            return []
+
+    translator = Translator()
+    check = BackendCheck(translator, size=2)
+    for _ in range(3):
+        check(DecodingConfig())
+        with pytest.raises(BadRequest) as e:
+            check(DecodingConfig(no_repeat_ngram=2))
+        assert (e.value.status, e.value.field) == (422, "no_repeat_ngram")
+    assert translator.calls == 2
+    check(DecodingConfig(beam_size=3))  # a third: the least recently used is forgotten
+    check(DecodingConfig())
+    assert translator.calls == 4

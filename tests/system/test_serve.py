@@ -592,3 +592,14 @@ def test_the_page_translates_and_draws_the_attention_in_a_browser(translator, se
 def test_serve_script_refuses_bad_settings_in_one_line(toy, checkpoint, tmp_path, override, message):
     proc = toy.script("serve.py", f"checkpoint={checkpoint}", override, cwd=tmp_path)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
+
+
+def test_the_server_benchmark_measures_a_server_in_another_process(toy, checkpoint, tmp_path):
+    args = [f"checkpoint={checkpoint}", "clients=[1,3]", "sentences=[1,2]", "requests=12", "serve.workers=1"]
+    proc = toy.script("benchmark_server.py", *args, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "serve_bench.json").read_text())
+    rows = [(r["sentences_per_request"], r["clients"], r["requests"], r["ok"]) for r in results["rows"]]
+    assert rows == [(1, 1, 12, 12), (1, 3, 12, 12), (2, 1, 12, 12), (2, 3, 12, 12)]
+    assert all(0 < r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"] for r in results["rows"])
+    assert results["serve"]["workers"] == 1 and "p99 ms" in proc.stdout

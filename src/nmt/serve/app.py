@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+from collections import OrderedDict
 from dataclasses import asdict, astuple
 from functools import partial
 from importlib import resources
@@ -80,6 +81,7 @@ def create_app(
     backend = translator.info()["backend"]
     info = {**translator.info(), "decoding": asdict(defaults), "limits": asdict(limits)}
     model = info["model"]
+    accepts = BackendCheck(translator)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -143,7 +145,7 @@ def create_app(
             declared_length(request.headers.get("content-length"), max_body)
             parsed = parse_request(await read_body(request.stream(), max_body), limits)
             sentences = len(parsed.text)
-            decoding = settings(translator, parsed.decoding(), defaults)
+            decoding = settings(translator, parsed.decoding(), defaults, accepts)
             check_scores(decoding, limits)
             if parsed.attention and not translator.has_attention:
                 raise BadRequest(
@@ -290,23 +292,42 @@ def make_workers(
     return [Worker(factory, limits.threads, f"worker {i}") for i in range(count)]
 
 
-def settings(translator: Translator, overrides: Any, defaults: DecodingConfig) -> DecodingConfig:
+def settings(
+    translator: Translator, overrides: Any, defaults: DecodingConfig, accepts: BackendCheck
+) -> DecodingConfig:
     """A request's decoding settings, checked, also by the backend; 422 naming the option otherwise."""
     try:
         decoding = translator.decoding_with(overrides, base=defaults)
     except NMTError as e:
         raise BadRequest(422, **refusal_fields(str(e))) from None
-    backend_accepts(translator, decoding)
+    accepts(decoding)
     return decoding
 
 
-def backend_accepts(translator: Translator, decoding: DecodingConfig) -> None:
-    """422 naming the option when the backend cannot decode with ``decoding`` (CTranslate2 cannot block
-    n-grams in beam search as ours does): a call with no sentences decodes nothing but checks that."""
-    try:
-        translator.search([], decoding)
-    except NMTError as e:
-        raise BadRequest(422, **refusal_fields(str(e))) from None
+class BackendCheck:
+    """422 naming the option when the backend cannot decode with some settings (CTranslate2 cannot block
+    n-grams in beam search as ours does): a call with no sentences decodes nothing but checks them. The
+    answers of the last ``size`` distinct settings are kept: the call costs a few milliseconds (the
+    torch backend readies the model) that most requests, with the same settings, need not pay."""
+
+    def __init__(self, translator: Translator, size: int = 256):
+        self.translator, self.size = translator, size
+        self.known: OrderedDict[tuple, str | None] = OrderedDict()
+
+    def __call__(self, decoding: DecodingConfig) -> None:
+        key = astuple(decoding)
+        if key in self.known:
+            self.known.move_to_end(key)
+        else:
+            try:
+                self.translator.search([], decoding)
+                self.known[key] = None
+            except NMTError as e:
+                self.known[key] = str(e)
+            if len(self.known) > self.size:
+                self.known.popitem(last=False)
+        if self.known[key] is not None:
+            raise BadRequest(422, **refusal_fields(self.known[key]))
 
 
 def refusal_fields(message: str) -> dict[str, str]:
@@ -322,7 +343,7 @@ def refusal(message: str) -> dict[str, str]:
 def check_defaults(translator: Translator, defaults: DecodingConfig, limits: ServerLimits) -> None:
     """Refuse, at start, default settings that would make every request fail."""
     try:
-        backend_accepts(translator, defaults)
+        BackendCheck(translator)(defaults)
         check_scores(defaults, limits)
     except BadRequest as e:
         raise NMTError(f"decoding.{e.field}: {e.message}") from None
