@@ -14,7 +14,7 @@ from serve_fakes import failing_factory, fake_factory
 
 from nmt.errors import NMTError
 from nmt.serve.batcher import Batcher, QueueFull
-from nmt.serve.metrics import ServiceMetrics
+from nmt.serve.telemetry import ServiceMetrics
 from nmt.serve.workers import Refused, Worker, WorkerTimeout
 
 

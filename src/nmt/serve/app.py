@@ -39,8 +39,8 @@ from nmt.serve.limits import (
     declared_length,
     read_body,
 )
-from nmt.serve.metrics import ServiceMetrics
 from nmt.serve.requests import parse_request, parse_score
+from nmt.serve.telemetry import ServiceMetrics
 from nmt.serve.work import (
     JobResult,
     ScoreSettings,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nmt.errors import NMTError
-from nmt.serve.metrics import ServiceMetrics
+from nmt.serve.telemetry import ServiceMetrics
 from nmt.serve.workers import Worker, WorkerFailed, WorkerTimeout
 
 log = logging.getLogger(__name__)
