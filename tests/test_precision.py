@@ -7,6 +7,7 @@ a few steps take about a second on a CPU.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import re
@@ -18,10 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import nmt.devices
+import nmt.training.precision
 from nmt.config import TrainConfig
 from nmt.data import collate
 from nmt.decoding import translate_ids
-from nmt.devices import autocast, resolve_precision
+from nmt.devices import autocast, probe_bf16_speedup, resolve_precision
 from nmt.errors import NMTError
 from nmt.models.attention import DotProductAttention
 from nmt.training.loop import train_step
@@ -144,49 +147,124 @@ def test_compiled_training_then_decoding(toy_config, tmp_path: Path):
 
 
 # ------------------------------------------------------------------------------ precision=auto
+CPU = torch.device("cpu")
+
+
 @pytest.fixture
 def cpu_bf16(monkeypatch):
-    """Pretend the CPU does (True) or does not (False) compute bf16 natively."""
+    """Pretend the CPU's bf16 is "amx", "avx512_bf16" (dot products alone) or "" (none), with PyTorch's
+    AVX-512 kernels."""
 
-    def set_native(native: bool) -> None:
-        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
-        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    def set_kind(kind: str) -> None:
+        avx512_bf16, amx = kind in ("avx512_bf16", "amx"), kind == "amx"
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
 
-    return set_native
+    return set_kind
 
 
-@pytest.mark.parametrize(("native", "expected"), [(True, "bf16"), (False, "fp32")])
-def test_auto_picks_bf16_only_on_a_cpu_with_native_bf16(cpu_bf16, native, expected):
-    cpu_bf16(native)
-    precision, why = resolve_precision("auto", torch.device("cpu"))
+def never_timed() -> tuple[float, str]:
+    raise AssertionError("the probe ran where the CPU's facts decide")
+
+
+@pytest.mark.parametrize(("kind", "expected", "reason"), [("amx", "bf16", "AMX"), ("", "fp32", "no native")])
+def test_auto_follows_the_cpu_where_its_facts_decide(cpu_bf16, kind, expected, reason):
+    cpu_bf16(kind)
+    precision, why = resolve_precision("auto", CPU, never_timed, 1.1)
+    assert precision == expected and why.startswith("auto") and reason in why
+
+
+@pytest.mark.parametrize(
+    ("speedup", "expected"), [(1.3, "bf16"), (1.1, "bf16"), (1.05, "fp32"), (0.93, "fp32")]
+)
+def test_auto_on_avx512_bf16_alone_takes_bf16_only_where_the_probe_finds_it_clearly_faster(
+    cpu_bf16, speedup, expected
+):
+    cpu_bf16("avx512_bf16")
+    precision, why = resolve_precision("auto", CPU, lambda: (speedup, "timed now"), 1.1)
     assert precision == expected
-    assert ("natively" in why) == native and why.startswith("auto")
+    assert f"{speedup:.2f}x as fast as fp32" in why and "timed now" in why  # the log says what and why
+    assert ("cpu_bf16_min_speedup=1.1" in why) == (expected == "fp32")
 
 
-def test_amx_counts_as_native_bf16(monkeypatch):
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
-    assert resolve_precision("auto", torch.device("cpu"))[0] == "bf16"
+def test_auto_on_avx512_bf16_alone_without_a_probe_is_fp32(cpu_bf16):
+    cpu_bf16("avx512_bf16")
+    precision, why = resolve_precision("auto", CPU)
+    assert precision == "fp32" and "not timed" in why
 
 
 def test_kernels_capped_at_avx2_count_as_no_native_bf16(cpu_bf16, monkeypatch):
-    """ATEN_CPU_CAPABILITY=avx2 on an AVX-512 BF16 CPU: PyTorch then emulates bf16, so fp32."""
-    cpu_bf16(True)
+    """ATEN_CPU_CAPABILITY=avx2 on an AMX CPU: PyTorch then emulates bf16, so fp32."""
+    cpu_bf16("amx")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    assert resolve_precision("auto", torch.device("cpu"))[0] == "fp32"
+    assert resolve_precision("auto", CPU, never_timed, 1.1)[0] == "fp32"
+
+
+def fake_clock(monkeypatch, seconds: dict[str, float]) -> tuple[Callable[[str], None], list[str]]:
+    """An update that takes ``seconds[precision]`` on a clock that only it advances; the calls made."""
+    now, calls = [0.0], []
+    monkeypatch.setattr(nmt.devices.time, "perf_counter", lambda: now[0])
+
+    def update(precision: str) -> None:
+        calls.append(precision)
+        now[0] += seconds[precision]
+
+    return update, calls
+
+
+def test_the_probe_takes_turns_and_is_measured_once_per_machine_and_model(monkeypatch, tmp_path):
+    cache = tmp_path / "probe.json"
+    update, calls = fake_clock(monkeypatch, {"fp32": 1.3, "bf16": 1.0})
+    speedup, source = probe_bf16_speedup(update, {"model": "a"}, cache, pairs=4)
+    assert speedup == pytest.approx(1.3) and "timed now" in source
+    # a warm-up each, then pairs in alternating order: load changes hit both precisions alike
+    assert calls == ["fp32", "bf16", "fp32", "bf16", "bf16", "fp32", "fp32", "bf16", "bf16", "fp32"]
+    calls.clear()
+    assert probe_bf16_speedup(update, {"model": "a"}, cache)[0] == pytest.approx(1.3) and not calls
+    assert "cached in" in probe_bf16_speedup(update, {"model": "a"}, cache)[1]
+    other, _ = fake_clock(monkeypatch, {"fp32": 1.0, "bf16": 1.25})
+    assert probe_bf16_speedup(other, {"model": "b"}, cache, pairs=2)[0] == pytest.approx(0.8)
+    assert len(json.loads(cache.read_text())) == 2
+
+
+def test_set_up_probes_on_avx512_bf16_alone_and_trains_as_without_the_probe(
+    toy_config, tmp_path, cpu_bf16, monkeypatch
+):
+    """The probe runs the model's forward and backward in both precisions (timed here by a fake that
+    says bf16 is 1.5x as fast) and leaves no gradient and no change of the random state behind: the
+    run starts as one with trainer.precision=bf16 does."""
+    cpu_bf16("avx512_bf16")
+    ran: list[str] = []
+
+    def probe(update, key, cache, pairs=8):
+        for precision in ("fp32", "bf16"):
+            update(precision)
+            ran.append(precision)
+        assert key["threads"] == torch.get_num_threads() and key["model"]["d_model"] == 32
+        return 1.5, f"faked, cache {cache.name}"
+
+    monkeypatch.setattr(nmt.training.precision, "probe_bf16_speedup", probe)
+    probed = set_up(toy_config("trainer.device=cpu"), tmp_path / "a")
+    probed.monitor.close({})
+    after_probe = torch.get_rng_state()
+    assert probed.precision == "bf16" and ran == ["fp32", "bf16"]
+    assert all(p.grad is None for p in probed.model.parameters())
+    fixed = set_up(toy_config("trainer.device=cpu", "trainer.precision=bf16"), tmp_path / "b")
+    fixed.monitor.close({})
+    assert torch.equal(after_probe, torch.get_rng_state())
+    assert all(torch.equal(a, b) for a, b in zip(probed.model.parameters(), fixed.model.parameters()))
 
 
 def test_explicit_bf16_without_native_support_runs_but_warns_with_the_slowdown(cpu_bf16, caplog):
-    cpu_bf16(False)
+    cpu_bf16("")
     assert resolve_precision("bf16", torch.device("cpu"))[0] == "bf16"
     warning = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     assert "slower than fp32 here" in warning and "trainer.precision=fp32" in warning
 
 
 def test_explicit_bf16_on_a_native_cpu_does_not_warn(cpu_bf16, caplog):
-    cpu_bf16(True)
+    cpu_bf16("avx512_bf16")
     assert resolve_precision("bf16", torch.device("cpu")) == ("bf16", "set by trainer.precision")
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 

@@ -197,9 +197,12 @@ HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False, "ppl": False}
 @dataclass
 class TrainerConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
-    # "auto" | "fp32" | "bf16" | "fp16"; auto = bf16 (fp16 if unsupported) on GPU, bf16 on a CPU with
-    # native bf16 (avx512_bf16/AMX), else fp32
+    # "auto" | "fp32" | "bf16" | "fp16"; auto = bf16 (fp16 if unsupported) on GPU; on a CPU bf16 with AMX,
+    # fp32 without native bf16, and with avx512_bf16 alone whichever a timed probe finds faster
     precision: str = "auto"
+    # auto on an avx512_bf16-only CPU: bf16 only if the probe finds it this many times as fast as fp32
+    # (bf16 rounds more: it must clearly pay, and noise must not flip the choice)
+    cpu_bf16_min_speedup: float = 1.1
     compile: bool = False
     max_tokens: int = 4096  # padded source+target tokens per batch (per rank)
     accumulate: int = 1
@@ -623,6 +626,7 @@ TRAIN_RULES: dict[str, Rule] = {
     "trainer.best_metric": (lambda v: v in HIGHER_IS_BETTER, f"must be one of {', '.join(HIGHER_IS_BETTER)}"),
     **{f"trainer.{key}": POSITIVE for key in ("max_tokens", "accumulate", "log_every", "valid_every")},
     "trainer.valid_beam_size": POSITIVE,
+    "trainer.cpu_bf16_min_speedup": POSITIVE,
     **{f"trainer.default_budget.{key}": POSITIVE for key in ("cpu_minutes", "gpu_steps")},
     **{
         f"trainer.{key}": NON_NEGATIVE

@@ -1,15 +1,27 @@
 """Device and numeric precision: chosen for the hardware found, overridable by config.
 
-bf16 pays off on a CPU only where the CPU computes it natively (AVX-512 BF16 or AMX): elsewhere
-PyTorch emulates it, and a bf16 matmul runs hundreds of times slower than fp32. ``auto`` therefore
-asks the CPU, never assumes.
+bf16 pays off on a CPU only where the CPU computes it natively, and even there not always. Without
+bf16 instructions PyTorch emulates it, and a bf16 matmul runs hundreds of times slower than fp32. With
+AMX tiles bf16 matmuls run at several times fp32's rate. With AVX-512 BF16 alone (dot-product
+instructions, e.g. AMD Zen 4) bf16 matmuls run about twice as fast, but a small model's update is not
+all matmuls and bf16 adds casts, so the gain depends on the model, the threads and the CPU: on one
+Zen 4 the multi30k_cpu model's updates ran 1.16-1.34x as fast in bf16, timed taking turns with fp32.
+``auto`` therefore asks the CPU and, on such a CPU, times both (:func:`probe_bf16_speedup`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
+import statistics
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,6 +31,8 @@ from nmt.errors import NMTError
 log = logging.getLogger(__name__)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# What the CPU's bf16 is, for PyTorch: AMX tiles, AVX-512 BF16 dot products only, or emulated ("").
+AMX, AVX512_BF16 = "amx", "avx512_bf16"
 
 
 def select_device(name: str) -> torch.device:
@@ -30,31 +44,58 @@ def select_device(name: str) -> torch.device:
     return device
 
 
+def cpu_bf16_kind() -> str:
+    """:data:`AMX`, :data:`AVX512_BF16` or "" (emulated): the CPU's bf16 instructions that PyTorch uses,
+    which it does only with its AVX-512 kernels (``ATEN_CPU_CAPABILITY=avx2`` also emulates bf16)."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        return ""
+    avx512_bf16, amx = cpu_bf16_instructions()
+    return AMX if amx else AVX512_BF16 if avx512_bf16 else ""
+
+
 def cpu_has_native_bf16() -> bool:
-    """True where the CPU has bf16 instructions (AVX-512 BF16 or AMX tiles) and PyTorch uses its AVX-512
-    kernels (not capped with ``ATEN_CPU_CAPABILITY=avx2``, which also emulates bf16)."""
-    return cpu_bf16_instructions() and torch.backends.cpu.get_cpu_capability() == "AVX512"
+    return bool(cpu_bf16_kind())
 
 
-def cpu_bf16_instructions() -> bool:
-    """AVX-512 BF16 or AMX tiles: torch's own probes (torch >= 2.5), else the flags of /proc/cpuinfo."""
+def cpu_bf16_instructions() -> tuple[bool, bool]:
+    """(AVX-512 BF16, AMX tiles): torch's own probes (torch >= 2.5), else the flags of /proc/cpuinfo."""
     probes = [
         getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     ]
     if all(probes):
-        return any(probe() for probe in probes)
+        return probes[0](), probes[1]()
+    flags = cpuinfo()[1]
+    return "avx512_bf16" in flags, "amx_tile" in flags
+
+
+def cpuinfo() -> tuple[str, set[str]]:
+    """The CPU's model name and flags from /proc/cpuinfo (empty where there is none)."""
+    name, flags = "", set()
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not name:
+                    name = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
     except OSError:
-        return False
-    return bool({"avx512_bf16", "amx_tile"} & set(flags))
+        pass
+    return name, flags
 
 
-def resolve_precision(name: str, device: torch.device) -> tuple[str, str]:
+def resolve_precision(
+    name: str,
+    device: torch.device,
+    bf16_speedup: Callable[[], tuple[float, str]] | None = None,
+    min_speedup: float = 1.0,
+) -> tuple[str, str]:
     """The precision to train and decode in, and why (for the log).
 
-    ``auto``: bf16 on GPUs that support it, else fp16; on a CPU bf16 only where it is native, else fp32.
+    ``auto``: bf16 on GPUs that support it, else fp16. On a CPU: bf16 with AMX; fp32 without native
+    bf16; with AVX-512 BF16 alone, bf16 if ``bf16_speedup()`` (bf16 speed / fp32 speed, and where that
+    figure comes from) is at least ``min_speedup``, else fp32 (also without ``bf16_speedup``).
     """
     if name not in PRECISIONS:
         raise NMTError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
@@ -68,9 +109,67 @@ def resolve_precision(name: str, device: torch.device) -> tuple[str, str]:
         if torch.cuda.is_bf16_supported():
             return "bf16", "auto: the GPU supports bf16"
         return "fp16", "auto: the GPU has no bf16, fp16 with loss scaling"
-    if cpu_has_native_bf16():
-        return "bf16", "auto: the CPU computes bf16 natively (avx512_bf16/AMX)"
-    return "fp32", "auto: no native bf16 here (avx512_bf16 or AMX, with AVX-512 kernels): it would be slow"
+    kind = cpu_bf16_kind()
+    if kind == AMX:
+        return "bf16", "auto: the CPU has AMX tiles, whose bf16 matmuls run at several times fp32's rate"
+    if not kind:
+        return (
+            "fp32",
+            "auto: no native bf16 here (avx512_bf16 or AMX, with AVX-512 kernels): it would be slow",
+        )
+    if bf16_speedup is None:
+        return "fp32", "auto: this CPU's bf16 is AVX-512 BF16 alone, often no faster (not timed here)"
+    speedup, source = bf16_speedup()
+    if speedup >= min_speedup:
+        return "bf16", f"auto: bf16 trains {speedup:.2f}x as fast as fp32 here ({source})"
+    return "fp32", (
+        f"auto: bf16 trains {speedup:.2f}x as fast as fp32 here ({source}), under "
+        f"trainer.cpu_bf16_min_speedup={min_speedup:g}"
+    )
+
+
+def probe_bf16_speedup(
+    update: Callable[[str], None], key: dict[str, Any], cache: Path, pairs: int = 8
+) -> tuple[float, str]:
+    """bf16 speed / fp32 speed of ``update(precision)`` (a forward and backward pass of the model in
+    that precision), and where the figure comes from. Measured once per ``key`` (the machine, threads,
+    torch and model shape) and kept in the JSON file ``cache``: a run chooses as the runs before it
+    on the same machine did. One warm-up each, then ``pairs`` pairs taking turns (fp32 first, then
+    bf16 first), so load on a shared machine hits both alike; the median of per-pair ratios."""
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    known = json.loads(cache.read_text()) if cache.is_file() else {}
+    if digest in known:
+        return known[digest]["speedup"], f"timed {known[digest]['measured']}, cached in {cache}"
+    for precision in ("fp32", "bf16"):
+        update(precision)
+    ratios = []
+    for i in range(pairs):
+        seconds = {}
+        for precision in ("fp32", "bf16") if i % 2 == 0 else ("bf16", "fp32"):
+            start = time.perf_counter()
+            update(precision)
+            seconds[precision] = time.perf_counter() - start
+        ratios.append(seconds["fp32"] / seconds["bf16"])
+    speedup = statistics.median(ratios)
+    measured = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    known[digest] = {"speedup": round(speedup, 3), "measured": measured, "key": key}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f".{cache.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(known, indent=2) + "\n")
+    tmp.replace(cache)  # atomic: runs that start together do not see a half-written file
+    return speedup, f"timed now over {pairs} updates each, cached in {cache}"
+
+
+def machine_key() -> dict[str, Any]:
+    """What a precision's speed depends on besides the model: the CPU, the kernels, torch, threads."""
+    name, flags = cpuinfo()
+    return {
+        "cpu": name,
+        "flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
+        "kernels": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def warn_slow_cpu_bf16(size: int = 128, repeats: int = 3) -> float:

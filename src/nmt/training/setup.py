@@ -21,6 +21,7 @@ from nmt.models import Seq2Seq, build_model, count_parameters
 from nmt.training.budget import Budget, BudgetClock
 from nmt.training.distributed import Dist, broadcast_object, init_distributed
 from nmt.training.monitor import Monitor
+from nmt.training.precision import bf16_probe
 from nmt.training.schedule import learning_rate
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,8 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).to(device)
     seed_everything(rank_seed(cfg.seed, dist.rank))  # same initial weights, different dropout per rank
     optimizer = make_optimizer(model, cfg)
-    precision, why = resolve_precision(cfg.trainer.precision, device)
+    probe, min_speedup = bf16_probe(cfg, model, device, dist), cfg.trainer.cpu_bf16_min_speedup
+    precision, why = resolve_precision(cfg.trainer.precision, device, probe, min_speedup)
     budget = Budget.from_config(cfg.trainer, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     lengths = [clipped_lengths(split, cfg.model.max_positions) for split in data.train_segmentations]
