@@ -26,7 +26,11 @@ register_configs()
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     translator = Translator.from_checkpoint(
-        cfg.checkpoint, select_device(cfg.device), backend=cfg.backend, ct2_model=cfg.ct2_model
+        cfg.checkpoint,
+        select_device(cfg.device),
+        backend=cfg.backend,
+        ct2_model=cfg.ct2_model,
+        ct2_threads=(cfg.ct2_inter_threads, cfg.ct2_intra_threads),
     )
     decoding = translator.decoding_with(cfg.decoding)
     if cfg.alignments:

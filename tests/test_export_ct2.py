@@ -36,7 +36,8 @@ from nmt.tokenizer import Tokenizer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from nmt.ct2.backend import CT2Backend, ct2_length_penalty  # noqa: E402
+from nmt.backends import load_backend  # noqa: E402
+from nmt.ct2.backend import CT2Backend, ct2_length_penalty, thread_layout  # noqa: E402
 from nmt.ct2.export import check_exportable, export_checkpoint, export_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -278,6 +279,23 @@ def test_a_sentence_decodes_alike_whatever_else_is_in_the_call(early_ending):
         for other in others:
             assert [h.tokens for h in other] == [h.tokens for h in one]
             assert [h.score for h in other] == pytest.approx([h.score for h in one], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("given", "cores", "layout"),
+    [((0, 0), 2, (2, 1)), ((0, 0), 1, (1, 1)), ((1, 0), 2, (1, 2)), ((0, 2), 4, (2, 2)), ((3, 1), 2, (3, 1))],
+)
+def test_thread_layout_fills_the_cores_with_one_thread_translations_unless_told(given, cores, layout):
+    assert thread_layout(*given, cores) == layout
+
+
+def test_the_thread_layout_reaches_ctranslate2_from_load_backend(spm_models, tmp_path):
+    tokenizer = spm_models["joint"]
+    model_dir = export_model(random_model(TINY, tokenizer), tokenizer, tmp_path / "m")
+    backend = load_backend("ct2", str(model_dir), None, tokenizer, torch.device("cpu"), 48, (2, 1))
+    assert (backend.translator.num_translators, backend.intra_threads) == (2, 1)
+    with pytest.raises(NMTError, match="ct2_inter_threads=-1, ct2_intra_threads=0: must be >= 0"):
+        load_backend("ct2", str(model_dir), None, tokenizer, torch.device("cpu"), 48, (-1, 0))
 
 
 def test_backend_refuses_a_model_exported_with_another_tokenizer(spm_models, tmp_path):

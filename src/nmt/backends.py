@@ -104,13 +104,15 @@ def load_backend(
     tokenizer: Tokenizer,
     device: torch.device,
     max_positions: int,
+    ct2_threads: tuple[int, int] = (0, 0),
 ) -> Backend:
     """The backend ``backend=name`` asks for: ``model`` searched by us, or CTranslate2 over ``ct2_model``
-    (the directory scripts/export_ct2.py wrote from the same checkpoint)."""
+    (the directory scripts/export_ct2.py wrote from the same checkpoint) with ``ct2_threads`` (inter,
+    intra; 0 = auto)."""
     if name not in BACKENDS:
         raise NMTError(f"backend={name!r}: choose one of {', '.join(BACKENDS)}")
     if name == "torch":
         return TorchBackend(model, tokenizer, device, max_positions)
     if not ct2_model:
         raise NMTError("backend=ct2 needs ct2_model=DIR, a directory written by scripts/export_ct2.py")
-    return CT2Backend(ct2_model, tokenizer, device)
+    return CT2Backend(ct2_model, tokenizer, device, *ct2_threads)

@@ -372,6 +372,10 @@ class InferenceConfig:
     device: str = "auto"
     backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
     ct2_model: str | None = None  # directory written by scripts/export_ct2.py from this checkpoint
+    # backend=ct2: translations decoded at a time x threads each; 0 = auto (one one-thread translation
+    # per core torch may use, measured fastest: docs/ctranslate2.md)
+    ct2_inter_threads: int = 0
+    ct2_intra_threads: int = 0
     # the decoder layer whose cross-attention (mean of its heads) gives word alignments, from 0 (negative:
     # from the last); null = the penultimate (a one-layer decoder's only one): docs/alignment.md
     alignment_layer: int | None = None

@@ -85,7 +85,12 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, checkpoint: Any, device: torch.device, backend: str = "torch", ct2_model: str | None = None
+        cls,
+        checkpoint: Any,
+        device: torch.device,
+        backend: str = "torch",
+        ct2_model: str | None = None,
+        ct2_threads: tuple[int, int] = (0, 0),
     ) -> Translator:
         """A path, or a list of paths: an ensemble, with the first checkpoint's settings (decoding,
         data) and the shortest ``max_positions`` of its models."""
@@ -94,7 +99,9 @@ class Translator:
         model, tokenizer, cfg = model_from_checkpoint(ckpt, device)
         if len(paths) == 1:
             step = ckpt.get("progress", {}).get("step")
-            decoder = load_backend(backend, ct2_model, model, tokenizer, device, cfg.model.max_positions)
+            decoder = load_backend(
+                backend, ct2_model, model, tokenizer, device, cfg.model.max_positions, ct2_threads
+            )
             return cls(model, tokenizer, cfg, decoder, step)
         if backend != "torch":
             raise NMTError(f"backend={backend} decodes one model: an ensemble needs backend=torch")

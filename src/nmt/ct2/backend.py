@@ -88,6 +88,8 @@ def thread_layout(inter: int, intra: int, cores: int) -> tuple[int, int]:
     and small, and side by side they beat the same calls spread over threads (a tiny model's products
     are too small to share), on 2 cores also one call of every sentence (docs/ctranslate2.md). Given
     one of the two, the other fills the cores."""
+    if inter < 0 or intra < 0:
+        raise NMTError(f"ct2_inter_threads={inter}, ct2_intra_threads={intra}: must be >= 0 (0 = auto)")
     if inter and intra:
         return inter, intra
     if inter:
