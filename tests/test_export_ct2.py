@@ -18,6 +18,7 @@ import sentencepiece as spm
 import torch
 
 from nmt.benchmark import format_report, run_benchmark
+from nmt.benchmark.ct2_speed import VARIANTS, compare_with_direct, format_direct, parse_layout
 from nmt.checkpoint import FORMAT_VERSION, atomic_save
 from nmt.config import (
     DecodingConfig,
@@ -390,3 +391,20 @@ def test_benchmark_reports_both_backends(tmp_path, one_thread, tiny_benchmark_cf
     assert all(r["sentences_per_s"] > 0 and r["speedup_over_torch"] > 0 for r in ct2["results"])
     assert ct2["results"][0]["same_as_torch"] == 1.0  # greedy, fp32: the same tokens
     assert "CTranslate2" in format_report(results)
+
+
+def test_backend_against_ctranslate2_directly_side_by_side(spm_models, tmp_path):
+    tokenizer = spm_models["joint"]
+    model_dir = export_model(random_model(TINY, tokenizer), tokenizer, tmp_path / "m")
+    sources = tokenizer.encode_src(spm_models["text"][:12])
+    cfg = DecodingConfig(beam_size=2, max_len_a=0.5, max_len_b=2)
+    result = compare_with_direct(model_dir, tokenizer, sources, cfg, [(1, 1), (2, 1)], repeats=2, warmup=2)
+    assert [row["layout"] for row in result["rows"]] == ["1x1", "2x1"]
+    for row in result["rows"]:
+        assert all(len(row[f"{v} s all"]) == 2 and row[f"{v} s"] > 0 for v in VARIANTS)
+        assert row["backend / direct"] > 0 and row["backend / direct per length cpu"] > 0
+    assert result["fastest_backend_layout"] in ("1x1", "2x1") and result["backend_over_fastest_direct"] > 0
+    table = format_direct(result)
+    assert len(table) == 5 and table[2].startswith("1x1") and "fastest layout" in table[-1]
+    with pytest.raises(NMTError, match=r"layouts: '2-1' is not INTERxINTRA"):
+        parse_layout("2-1")

@@ -451,6 +451,17 @@ class ServeBenchConfig(EvaluateConfig):
 
 
 @dataclass
+class CT2SpeedConfig(EvaluateConfig):
+    """scripts/benchmark_ct2.py: backend=ct2 against CTranslate2 called directly, per thread layout, on a
+    split's sentences (docs/ctranslate2.md)."""
+
+    sentences: int = 0  # the split's first sentences; 0 = all
+    layouts: list[str] = field(default_factory=lambda: ["1x2", "2x1", "1x1"])  # inter x intra threads
+    repeats: int = 5  # each layout and variant, taking turns
+    output: str = "ct2_speed.json"
+
+
+@dataclass
 class ExportCT2Config:
     """scripts/export_ct2.py: a Transformer checkpoint as a CTranslate2 model directory."""
 
@@ -580,6 +591,7 @@ def register_configs() -> None:
     cs.store(name="export_ct2_schema", node=ExportCT2Config)
     cs.store(name="serve_schema", node=ServeConfig)
     cs.store(name="benchmark_server_schema", node=ServeBenchConfig)
+    cs.store(name="benchmark_ct2_schema", node=CT2SpeedConfig)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
     cs.store(name="plot_curves_schema", node=PlotCurvesConfig)
     cs.store(name="score_schema", node=ScoreConfig)

@@ -4,6 +4,7 @@ the same translations from scripts/translate.py and evaluation with ``backend=ct
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -113,6 +114,23 @@ def test_translate_script_with_the_ct2_backend(toy, toy_run, exported, setup, tm
 
     refused = toy.script("translate.py", f"checkpoint={checkpoint}", "backend=ct2", cwd=tmp_path, stdin=stdin)
     assert refused.returncode == 1 and refused.stderr.startswith("error: backend=ct2 needs ct2_model=DIR")
+
+
+def test_benchmark_script_compares_with_ctranslate2_directly(toy, toy_run, exported, tmp_path):
+    proc = toy.script(
+        "benchmark_ct2.py",
+        f"checkpoint={toy_run.checkpoints / 'last.pt'}",
+        f"ct2_model={exported}",
+        "sentences=30",
+        "repeats=1",
+        "layouts=[1x1]",
+        f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "ct2_speed.json").read_text())
+    assert result["sentences"] == 30 and [row["layout"] for row in result["rows"]] == ["1x1"]
+    assert "backend=ct2 against CTranslate2 called directly" in proc.stdout
 
 
 def test_evaluation_with_the_ct2_backend(toy_run, exported, tmp_path):

@@ -1,17 +1,22 @@
-"""The CTranslate2 part of ``scripts/benchmark.py`` (``bench.ct2=true``): the benchmark's model, exported
-once per ``bench.ct2_quantizations`` entry, decodes the same sentences with the same decoding settings
-as the PyTorch measurement (greedy and beam search), with as many threads as torch uses.
+"""CTranslate2 speed, two ways.
 
+The CTranslate2 part of ``scripts/benchmark.py`` (``bench.ct2=true``): the benchmark's model, exported
+once per ``bench.ct2_quantizations`` entry, decodes the same sentences with the same decoding settings
+as the PyTorch measurement (greedy and beam search), with backend=ct2's default thread layout.
 Reported per setting: sentences/s, target tokens/s, the speed ratio over PyTorch's cached search and
 the share of sentences whose best translation equals PyTorch's. A randomly initialised model (no
 ``bench.checkpoint``) never emits EOS, so every hypothesis reaches the length budget, and the
 CTranslate2 backend then rescores all of them with EOS (see :mod:`nmt.ct2.backend`), which a trained
 model hardly ever needs: benchmark a checkpoint for representative ratios.
+
+``scripts/benchmark_ct2.py`` (:func:`run_ct2_speed`): backend=ct2 against CTranslate2 called directly
+on an exported model, per thread layout, side by side (:func:`compare_with_direct`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import statistics
 import tempfile
@@ -24,15 +29,18 @@ from typing import Any
 
 import torch
 
+from nmt.benchmark.hardware import hardware
 from nmt.checkpoint import checkpoint_config, load_checkpoint
-from nmt.config import BenchConfig, DecodingConfig, TrainConfig
+from nmt.config import BenchConfig, CT2SpeedConfig, DecodingConfig, TrainConfig
 from nmt.ct2.backend import CT2Backend, ct2_length_penalty, length_budget
 from nmt.ct2.export import check_exportable, check_quantization, export_model
 from nmt.ct2.format import require_ctranslate2
 from nmt.decoding import Hypothesis
 from nmt.errors import NMTError
+from nmt.evaluation import evaluation_text
 from nmt.models import Transformer
 from nmt.tokenizer import Tokenizer
+from nmt.translator import Translator
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +244,26 @@ def compare_with_direct(
             d / b for d, b in zip(fastest, wall[best]["backend"])
         ),
     }
+
+
+def run_ct2_speed(cfg: CT2SpeedConfig) -> dict[str, Any]:
+    """:func:`compare_with_direct` for ``scripts/benchmark_ct2.py``: the checkpoint's tokenizer and
+    decoding settings, the split's (non-empty) sentences, the machine and the kernel caps in force."""
+    if not cfg.ct2_model:
+        raise NMTError("ct2_model=DIR is required: the directory scripts/export_ct2.py wrote")
+    if cfg.repeats < 1:
+        raise NMTError(f"repeats={cfg.repeats}: must be >= 1")
+    layouts = [parse_layout(layout) for layout in cfg.layouts]
+    cpu = torch.device("cpu")
+    translator = Translator.from_checkpoint(cfg.checkpoint, cpu)
+    sources = [s for s in translator.encode(evaluation_text(cfg, translator.cfg)[0]) if s]
+    sources = sources[: cfg.sentences] if cfg.sentences > 0 else sources
+    decoding = translator.decoding_with(cfg.decoding)
+    result = compare_with_direct(cfg.ct2_model, translator.tokenizer, sources, decoding, layouts, cfg.repeats)
+    caps = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA")
+    result["kernel_caps"] = {name: os.environ[name] for name in caps if name in os.environ}
+    result["hardware"] = {**hardware(cpu), "load_average_end": list(os.getloadavg())}
+    return result
 
 
 def format_direct(result: dict[str, Any]) -> list[str]:
