@@ -127,24 +127,14 @@ def create_app(
 
     @app.post("/translate")
     async def translate(request: Request) -> Response:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        deadline = started + limits.timeout_s
-        sentences = 0
-
-        def answer(
-            status: int, body: dict[str, Any] | bytes, headers: dict[str, str] | None = None
-        ) -> Response:
-            metrics.answered("/translate", status, sentences, loop.time() - started)
-            if isinstance(body, dict):
-                return JSONResponse(body, status_code=status, headers=headers)
-            return Response(body, status_code=status, media_type="application/json", headers=headers)
+        answer = Reply("/translate", metrics)
+        deadline = answer.started + limits.timeout_s
 
         try:
             check_content_type(request.headers.get("content-type"))
             declared_length(request.headers.get("content-length"), max_body)
             parsed = parse_request(await read_body(request.stream(), max_body), limits)
-            sentences = len(parsed.text)
+            answer.sentences = len(parsed.text)
             decoding = settings(translator, parsed.decoding(), defaults, accepts)
             check_scores(decoding, limits)
             if parsed.attention and not translator.has_attention:
@@ -181,7 +171,7 @@ def create_app(
 
     async def finish(
         request: Request,
-        answer: Any,
+        answer: Reply,
         ids: list[list[int]],
         key: Any,
         job_settings: TranslateSettings | ScoreSettings,
@@ -191,8 +181,6 @@ def create_app(
     ) -> Response:
         """Queue the job, wait for its worker and answer ``{name: ..., "decoding", "backend",
         "elapsed_ms"}``, or the error that stopped it."""
-        loop = asyncio.get_running_loop()
-        started = deadline - limits.timeout_s
         try:
             job = batcher.submit(ids, key, job_settings, deadline)
         except QueueFull as e:
@@ -231,7 +219,7 @@ def create_app(
             metrics.sentences.inc(len(ids))
             metrics.source_tokens.inc(sum(len(s) for s in ids))
             metrics.target_tokens.inc(result.target_tokens)
-        elapsed_ms = round(1000 * (loop.time() - started), 1)
+        elapsed_ms = round(1000 * (answer.loop.time() - answer.started), 1)
         tail = {"decoding": asdict(decoding), "backend": backend, "elapsed_ms": elapsed_ms}
         head = f'{{"{name}":'.encode()
         return answer(200, head + result.translations + b"," + json.dumps(tail)[1:].encode())
@@ -240,24 +228,14 @@ def create_app(
     async def score(request: Request) -> Response:
         """The model's score of given translations (the page's edited translation), hardened as
         ``/translate``: the same limits, queue, workers and timeout."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        deadline = started + limits.timeout_s
-        sentences = 0
-
-        def answer(
-            status: int, body: dict[str, Any] | bytes, headers: dict[str, str] | None = None
-        ) -> Response:
-            metrics.answered("/score", status, sentences, loop.time() - started)
-            if isinstance(body, dict):
-                return JSONResponse(body, status_code=status, headers=headers)
-            return Response(body, status_code=status, media_type="application/json", headers=headers)
+        answer = Reply("/score", metrics)
+        deadline = answer.started + limits.timeout_s
 
         try:
             check_content_type(request.headers.get("content-type"))
             declared_length(request.headers.get("content-length"), max_body)
             parsed = parse_score(await read_body(request.stream(), max_body), limits)
-            sentences = len(parsed.text)
+            answer.sentences = len(parsed.text)
             if parsed.alignments and not translator.has_attention:
                 raise BadRequest(
                     422, "alignments", f"the {backend} backend has no attention weights; use backend=torch"
@@ -276,6 +254,25 @@ def create_app(
         return await finish(request, answer, ids, key, job_settings, deadline, "scores", defaults)
 
     return app
+
+
+class Reply:
+    """The answers of one request, each counted in ``/metrics`` and the access log with its status, the
+    request's sentences and the time since it came."""
+
+    def __init__(self, path: str, metrics: ServiceMetrics):
+        self.path, self.metrics = path, metrics
+        self.loop = asyncio.get_running_loop()
+        self.started = self.loop.time()
+        self.sentences = 0  # known once the body is parsed
+
+    def __call__(
+        self, status: int, body: dict[str, Any] | bytes, headers: dict[str, str] | None = None
+    ) -> Response:
+        self.metrics.answered(self.path, status, self.sentences, self.loop.time() - self.started)
+        if isinstance(body, dict):
+            return JSONResponse(body, status_code=status, headers=headers)
+        return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 def make_workers(
