@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from nmt.config import TrainConfig
+from nmt.data import prepare_text
 from nmt.training.loop import train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,3 +93,20 @@ def toy(tmp_path_factory, one_thread, compose_train_cfg) -> Toy:
 def toy_run(tmp_path_factory, toy) -> ToyRun:
     """``experiment=toy`` with its defaults (1000 steps, validation at 500 and 1000): the trained model."""
     return toy.train(tmp_path_factory.mktemp("toy") / "run")
+
+
+@pytest.fixture(scope="session")
+def toy_text(toy_run) -> Path:
+    """The toy run's prepared (cleaned) text: the folder of its {train,valid,test}.{src,tgt} files."""
+    return prepare_text(toy_run.cfg.data, progress=False)
+
+
+@pytest.fixture(scope="session")
+def toy_ct2(toy, toy_run, tmp_path_factory) -> Path:
+    """The toy model's last checkpoint as a CTranslate2 model directory, written by the export script."""
+    pytest.importorskip("ctranslate2")
+    output = tmp_path_factory.mktemp("ct2") / "model"
+    checkpoint = toy_run.checkpoints / "last.pt"
+    proc = toy.script("export_ct2.py", f"checkpoint={checkpoint}", f"output={output}", cwd=output.parent)
+    assert proc.returncode == 0, proc.stderr
+    return output

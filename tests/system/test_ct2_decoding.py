@@ -26,17 +26,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def exported(toy, toy_run, tmp_path_factory) -> Path:
-    """The toy model's last checkpoint as a CTranslate2 model directory, written by the script."""
-    output = tmp_path_factory.mktemp("ct2") / "model"
-    proc = toy.script(
-        "export_ct2.py",
-        f"checkpoint={toy_run.checkpoints / 'last.pt'}",
-        f"output={output}",
-        cwd=output.parent,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return output
+def exported(toy_ct2) -> Path:
+    return toy_ct2
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from nmt.config import DecodingOverrides
-from nmt.data import prepare_text, read_lines
+from nmt.data import read_lines
 from nmt.errors import NMTError
 from nmt.translator import Translator
 
@@ -21,8 +21,8 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
-def text(toy_run) -> Path:
-    return prepare_text(toy_run.cfg.data, progress=False)
+def text(toy_text) -> Path:
+    return toy_text
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import torch
 
 from nmt.alignment import parse_pharaoh
 from nmt.config import DecodingOverrides
-from nmt.data import prepare_text, read_lines
+from nmt.data import read_lines
 from nmt.errors import NMTError
 from nmt.translator import Translator
 
@@ -23,22 +23,13 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
-def text(toy_run) -> Path:
-    return prepare_text(toy_run.cfg.data, progress=False)
+def text(toy_text) -> Path:
+    return toy_text
 
 
 @pytest.fixture(scope="module")
-def exported(toy, toy_run, tmp_path_factory) -> Path:
-    pytest.importorskip("ctranslate2")
-    output = tmp_path_factory.mktemp("ct2") / "model"
-    proc = toy.script(
-        "export_ct2.py",
-        f"checkpoint={toy_run.checkpoints / 'last.pt'}",
-        f"output={output}",
-        cwd=output.parent,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return output
+def exported(toy_ct2) -> Path:
+    return toy_ct2
 
 
 def translator_for(kind: str, toy_run, exported_dir: Path | None) -> Translator:

@@ -14,7 +14,7 @@ import torch
 
 from nmt.alignment import Link, alignment_scores, parse_pharaoh, pharaoh
 from nmt.config import DecodingOverrides
-from nmt.data import prepare_text, read_lines
+from nmt.data import read_lines
 from nmt.translator import Translator
 
 pytestmark = pytest.mark.slow
@@ -31,8 +31,8 @@ def translator(toy_run) -> Translator:
 
 
 @pytest.fixture(scope="module")
-def text(toy_run) -> Path:
-    return prepare_text(toy_run.cfg.data, progress=False)
+def text(toy_text) -> Path:
+    return toy_text
 
 
 def test_the_chosen_layer_finds_the_toy_alignment(translator, text):
