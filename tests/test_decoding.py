@@ -11,8 +11,7 @@ from dataclasses import replace
 import pytest
 import reference_beam_search as reference
 import torch
-from copy_task import copy_sentences, train_to_copy
-from tiny_models import tiny_rnnsearch, tiny_transformer
+from helpers import copy_sentences, tiny_rnnsearch, tiny_transformer, train_to_copy
 
 from nmt.config import DecodingConfig, TransformerConfig
 from nmt.decoding import (

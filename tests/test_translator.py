@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import tiny_transformer
+from helpers import tiny_transformer
 
 from nmt.backends import BACKENDS, TorchBackend, load_backend
 from nmt.checkpoint import atomic_save, make_checkpoint
