@@ -402,7 +402,7 @@ def test_backend_against_ctranslate2_directly_side_by_side(spm_models, tmp_path)
     assert [row["layout"] for row in result["rows"]] == ["1x1", "2x1"]
     for row in result["rows"]:
         assert all(len(row[f"{v} s all"]) == 2 and row[f"{v} s"] > 0 for v in VARIANTS)
-        assert row["backend / direct"] > 0 and row["backend / direct per length cpu"] > 0
+        assert row["backend / direct"] > 0 and row["backend / + rescoring cpu"] > 0
     assert result["fastest_backend_layout"] in ("1x1", "2x1") and result["backend_over_fastest_direct"] > 0
     table = format_direct(result)
     assert len(table) == 5 and table[2].startswith("1x1") and "fastest layout" in table[-1]

@@ -35,7 +35,7 @@ from nmt.config import BenchConfig, CT2SpeedConfig, DecodingConfig, TrainConfig
 from nmt.ct2.backend import CT2Backend, ct2_length_penalty, length_budget
 from nmt.ct2.export import check_exportable, check_quantization, export_model
 from nmt.ct2.format import require_ctranslate2
-from nmt.decoding import Hypothesis
+from nmt.decoding import Hypothesis, length_penalty
 from nmt.errors import NMTError
 from nmt.evaluation import evaluation_text
 from nmt.models import Transformer
@@ -112,7 +112,10 @@ def format_ct2(ct2: dict[str, Any]) -> list[str]:
 
 # --------------------------------------------------- backend=ct2 against CTranslate2 called directly
 
-VARIANTS = ("direct", "direct per length", "backend")
+VARIANTS = ("direct", "per length", "+ rescoring", "backend")
+# What backend=ct2 is compared with: one plain call of every sentence (its results depend on the batch),
+# and CTranslate2 doing exactly backend=ct2's work (the same calls and rescoring pass) without the rest.
+REFERENCES = ("direct", "+ rescoring")
 
 
 def parse_layout(text: str) -> tuple[int, int]:
@@ -141,30 +144,46 @@ def direct(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig) ->
     return [r.hypotheses[0] for r in results]
 
 
-def direct_per_length(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig) -> list[list[str]]:
+def per_length(
+    backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig, rescore: bool
+) -> list[list[str]]:
     """What backend=ct2 asks of CTranslate2 (one call per source length, with its penalty and budget,
-    all queued at once, every finished hypothesis), without turning the answers into ours."""
+    all queued at once, every finished hypothesis) and, with ``rescore``, the teacher-forced pass that
+    gives the best hypotheses the model's log-probabilities; without turning anything into ours."""
     groups: dict[int, list[int]] = defaultdict(list)
     for i, p in enumerate(pieces):
         groups[len(p)].append(i)
     calls = []
     for n, idx in sorted(groups.items(), key=lambda item: -item[0] * len(item[1])):
-        calls.append(
-            backend.translator.translate_batch(
-                [pieces[i] for i in idx],
-                asynchronous=True,
-                beam_size=cfg.beam_size,
-                num_hypotheses=cfg.beam_size,
-                length_penalty=ct2_length_penalty(cfg.alpha, n + 1),
-                max_decoding_length=length_budget(n + 1, cfg, backend.max_positions - 1),
-                disable_unk=cfg.no_unk,
-                suppress_sequences=backend.suppress,
-                return_scores=True,
-                max_batch_size=backend._batch_tokens(cfg),
-                batch_type="tokens",
-            )
+        lp = ct2_length_penalty(cfg.alpha, n + 1)
+        pending = backend.translator.translate_batch(
+            [pieces[i] for i in idx],
+            asynchronous=True,
+            beam_size=cfg.beam_size,
+            num_hypotheses=cfg.beam_size,
+            length_penalty=lp,
+            max_decoding_length=length_budget(n + 1, cfg, backend.max_positions - 1),
+            disable_unk=cfg.no_unk,
+            suppress_sequences=backend.suppress,
+            return_scores=True,
+            max_batch_size=backend._batch_tokens(cfg),
+            batch_type="tokens",
         )
-    return [pending.result().hypotheses[0] for call in calls for pending in call]
+        calls.append((idx, pending, lp))
+    best: list[list[str]] = [[] for _ in pieces]
+    for idx, pending, lp in calls:
+        for i, result in zip(idx, pending):
+            found = result.result()
+            gnmt = [  # CTranslate2's normalisation undone, GNMT's applied: the best as backend=ct2 ranks
+                score * (len(h) + 1) ** lp / length_penalty(len(h) + 1, cfg.alpha)
+                for h, score in zip(found.hypotheses, found.scores)
+            ]
+            best[i] = found.hypotheses[max(range(len(gnmt)), key=gnmt.__getitem__)]
+    if rescore:
+        backend.translator.score_batch(
+            pieces, best, max_batch_size=backend.score_batch_tokens(cfg.max_tokens), batch_type="tokens"
+        )
+    return best
 
 
 def time_variants(
@@ -175,7 +194,8 @@ def time_variants(
     pieces = [[backend.src_pieces[i] for i in s] for s in sources]  # what a direct user feeds
     runs: dict[str, Callable[[list[list[int]], list[list[str]]], Any]] = {
         "direct": lambda ids, text: direct(backend, text, cfg),
-        "direct per length": lambda ids, text: direct_per_length(backend, text, cfg),
+        "per length": lambda ids, text: per_length(backend, text, cfg, rescore=False),
+        "+ rescoring": lambda ids, text: per_length(backend, text, cfg, rescore=True),
         "backend": lambda ids, text: backend.translate_ids(ids, cfg),
     }
     for run in runs.values():
@@ -226,7 +246,7 @@ def compare_with_direct(
             row[f"{variant} s min"] = min(by_variant[variant])  # the least disturbed run
             row[f"{variant} s all"] = [round(x, 3) for x in by_variant[variant]]
             row[f"{variant} cpu s"] = statistics.median(cpu[name][variant])
-        for variant in ("direct", "direct per length"):
+        for variant in REFERENCES:
             row[f"backend / {variant}"] = ratio(by_variant, variant)
             row[f"backend / {variant} cpu"] = ratio(cpu[name], variant)
         rows.append(row)
@@ -268,20 +288,22 @@ def run_ct2_speed(cfg: CT2SpeedConfig) -> dict[str, Any]:
 
 def format_direct(result: dict[str, Any]) -> list[str]:
     """The table of :func:`compare_with_direct`: seconds per layout and variant (median, and the least
-    disturbed run), and backend=ct2's speed over each direct variant."""
+    disturbed run), and backend=ct2's speed over each reference, from wall-clock and from CPU time."""
+    widths = (16, 12, 14, 12)  # the ratio columns
+    heads = ("wall /direct", "/+rescoring", "cpu /direct", "/+rescoring")
     out = [
         f"backend=ct2 against CTranslate2 called directly: {result['sentences']} sentences, "
-        f"beam {result['decoding']['beam_size']}, {result['repeats']} repeats; seconds median (min)",
-        f"{'layout':<8}{'direct':>16}{'direct per length':>20}{'backend=ct2':>16}"
-        f"{'vs direct':>11}{'vs per len':>12}{'CPU: direct':>12}{'per len':>12}",
+        f"beam {result['decoding']['beam_size']}, {result['repeats']} repeats; seconds median (min), "
+        "and how fast backend=ct2 is against the references",
+        f"{'layout':<8}"
+        + "".join(f"{v:>15}" for v in VARIANTS)
+        + "".join(f"{h:>{w}}" for h, w in zip(heads, widths)),
     ]
     for row in result["rows"]:
-        cells = "".join(
-            f"{row[f'{v} s']:>{w - 7}.2f} ({row[f'{v} s min']:.2f})" for v, w in zip(VARIANTS, (16, 20, 16))
-        )
-        ratios = f"{row['backend / direct']:>10.2f}x{row['backend / direct per length']:>11.2f}x"
-        cpu = f"{row['backend / direct cpu']:>10.2f}x{row['backend / direct per length cpu']:>11.2f}x"
-        out.append(f"{row['layout']:<8}{cells}{ratios}{cpu}")
+        cells = "".join(f"{row[f'{v} s']:>7.2f} ({row[f'{v} s min']:5.2f})" for v in VARIANTS)
+        keys = [f"backend / {v}{kind}" for kind in ("", " cpu") for v in REFERENCES]
+        ratios = "".join(f"{row[k]:>{w - 1}.2f}x" for k, w in zip(keys, widths))
+        out.append(f"{row['layout']:<8}{cells}{ratios}")
     speed = result["backend_over_fastest_direct"]
     out.append(
         f"fastest layout: backend=ct2 {result['fastest_backend_layout']}, direct "

@@ -73,6 +73,9 @@ from nmt.errors import NMTError
 from nmt.special import BOS_ID, PAD_ID
 from nmt.tokenizer import Tokenizer
 
+# Scoring on a CPU: at most this many log-probabilities (fp32, 16 MiB) per batch (CT2Backend.score_ids).
+SCORE_BATCH_FLOATS = 2**22
+
 
 def ct2_length_penalty(alpha: float, length: int) -> float:
     """CTranslate2's ``length_penalty`` whose n ** lp grows like GNMT's ((5 + n) / 6) ** alpha at n
@@ -126,6 +129,7 @@ class CT2Backend:
         if device.type not in ("cpu", "cuda"):
             raise NMTError(f"backend=ct2 runs on cpu or cuda, not {device.type}")
         self.tokenizer, self.max_positions = tokenizer, int(info["max_positions"])
+        self.cpu = device.type == "cpu"
         cores = torch.get_num_threads() if device.type == "cpu" else 1
         self.inter_threads, self.intra_threads = thread_layout(inter_threads, intra_threads, cores)
         self.translator = ctranslate2.Translator(
@@ -248,15 +252,22 @@ class CT2Backend:
         self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int
     ) -> list[list[float]]:
         """Teacher-forced log-probabilities of each target token and of the EOS that follows, in batches
-        of up to ``max_tokens`` tokens."""
+        of up to ``max_tokens`` tokens; on a CPU also so small that a batch's log-probabilities (tokens x
+        target vocabulary floats) fit the cache: on the multi30k_cpu model (8k vocabulary) batches of 512
+        tokens score twice as fast as batches of 8,000."""
         results = self.translator.score_batch(
             [[self.src_pieces[i] for i in s] for s in sources],
             [[self.pieces[i] for i in t] for t in targets],
-            max_batch_size=max_tokens,
+            max_batch_size=self.score_batch_tokens(max_tokens),
             batch_type="tokens",
             max_input_length=0,
         )
         return [list(r.log_probs) for r in results]
+
+    def score_batch_tokens(self, max_tokens: int) -> int:
+        """Tokens per scoring batch: ``max_tokens``, on a CPU capped to keep the batch's log-probabilities
+        within :data:`SCORE_BATCH_FLOATS`."""
+        return min(max_tokens, max(1, SCORE_BATCH_FLOATS // len(self.pieces))) if self.cpu else max_tokens
 
     @staticmethod
     def _batch_tokens(cfg: DecodingConfig) -> int:
