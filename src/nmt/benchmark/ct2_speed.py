@@ -279,10 +279,11 @@ def run_ct2_speed(cfg: CT2SpeedConfig) -> dict[str, Any]:
     sources = [s for s in translator.encode(evaluation_text(cfg, translator.cfg)[0]) if s]
     sources = sources[: cfg.sentences] if cfg.sentences > 0 else sources
     decoding = translator.decoding_with(cfg.decoding)
+    machine = hardware(cpu)  # with the load at the start
     result = compare_with_direct(cfg.ct2_model, translator.tokenizer, sources, decoding, layouts, cfg.repeats)
     caps = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA")
     result["kernel_caps"] = {name: os.environ[name] for name in caps if name in os.environ}
-    result["hardware"] = {**hardware(cpu), "load_average_end": list(os.getloadavg())}
+    result["hardware"] = {**machine, "load_average_end": list(os.getloadavg())}
     return result
 
 
