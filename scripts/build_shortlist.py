@@ -2,8 +2,8 @@
 
 For every source subword its k likeliest target subwords (sentence-level co-occurrence in the training
 data), plus the most frequent target subwords, written beside the checkpoint as
-``shortlist.k{k}.n{frequent}.json``; ``vmap=DIR/vmap.txt`` also writes it as a CTranslate2 vocabulary
-map. Prints how much of the validation references the shortlist covers.
+``shortlist.k{k}.n{frequent}.json`` (``scripts/export_ct2.py shortlist=FILE`` writes it into a CTranslate2
+model as its vocabulary map). Prints how much of the validation references the shortlist covers.
 """
 
 import hydra
@@ -31,8 +31,6 @@ def main(cfg: DictConfig) -> None:
         f"({valid.mean_candidates / vocab:.1%} of the vocabulary), holding {valid.covered:.2%} of the "
         f"reference subwords"
     )
-    if cfg.vmap:
-        print(f"CTranslate2 vocabulary map: {cfg.vmap}")
 
 
 if __name__ == "__main__":

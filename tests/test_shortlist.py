@@ -4,6 +4,7 @@ CTranslate2 vocabulary map that CTranslate2 reads and decodes within."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -147,26 +148,50 @@ def test_the_vmap_lists_the_always_candidates_then_each_source_subwords(tokenize
     ]
 
 
-def test_ctranslate2_decodes_within_the_vmap(tokenizer, tmp_path):
-    ctranslate2 = pytest.importorskip("ctranslate2")
+def test_an_export_with_a_shortlist_decodes_within_its_vmap_and_only_for_that_shortlist(tokenizer, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from nmt.config import DecodingConfig
+    from nmt.ct2.backend import CT2Backend
     from nmt.ct2.export import export_model
+    from nmt.ct2.format import read_export_info
 
     text = prepare_text(ToyDataConfig(cache_dir=str(tmp_path), train_size=300))
     sources = tokenizer.encode_src(read_lines(text / "train.src"))
     targets = tokenizer.encode_tgt(read_lines(text / "train.tgt"))
     shortlist = build_shortlist(sources, targets, tokenizer, k=2, frequent=3)
+    shortlist.save(tmp_path / "s.json")
     model = tiny_transformer(tokenizer.src_vocab_size, seed=0, max_positions=48)
-    export_model(model, tokenizer, tmp_path / "ct2")
-    write_vmap(shortlist, tokenizer, tmp_path / "ct2" / "vmap.txt")  # what an export with a vmap does
-    translator = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
+    mapped = export_model(model, tokenizer, tmp_path / "mapped", shortlist=tmp_path / "s.json")
+    plain = export_model(model, tokenizer, tmp_path / "plain")
 
-    batch = [tokenizer.src_pieces(s) for s in sources[:3]]  # few: their candidates are a small set
-    options = dict(beam_size=2, max_decoding_length=12, min_decoding_length=12)
-    free = translator.translate_batch(batch, **options)
-    within = translator.translate_batch(batch, use_vmap=True, **options)
-    allowed = set(tokenizer.tgt_pieces(shortlist.select(sources[:3])))  # CTranslate2's batch is all 3
-    assert all(set(r.hypotheses[0]) <= allowed for r in within)
-    assert any(not set(r.hypotheses[0]) <= allowed for r in free)  # the random model strays without it
+    write_vmap(shortlist, tokenizer, tmp_path / "vmap.txt")
+    assert (mapped / "vmap.txt").read_text() == (tmp_path / "vmap.txt").read_text()
+    recorded = read_export_info(mapped)["shortlist"]
+    assert (recorded["k"], recorded["frequent"], recorded["file"]) == (2, 3, str(tmp_path / "s.json"))
+    assert read_export_info(plain)["shortlist"] is None and not (plain / "vmap.txt").exists()
+
+    batch = sources[:3]  # few: their candidates are a small set
+    search = DecodingConfig(beam_size=2, alpha=0.0, max_len_a=0.0, max_len_b=12)
+    free = CT2Backend(mapped, tokenizer, intra_threads=1).translate_ids(batch, search)
+    within = CT2Backend(mapped, tokenizer, intra_threads=1).translate_ids(
+        batch, DecodingConfig(**{**search.__dict__, "shortlist": str(tmp_path / "s.json")})
+    )
+    allowed = set(shortlist.select(batch))  # CTranslate2 decodes a call over its sentences' union
+    assert all(set(hyps[0].tokens) <= allowed for hyps in within)
+    assert any(not set(hyps[0].tokens) <= allowed for hyps in free)  # the random model strays without it
+
+    other = build_shortlist(sources, targets, tokenizer, k=3, frequent=3)
+    other.save(tmp_path / "other.json")
+    with pytest.raises(
+        NMTError,
+        match=r"other.json: the vocabulary map of ct2_model=.*mapped was made from "
+        r"another shortlist \(.*s.json, k=2, frequent=3\); export it again with shortlist=",
+    ):
+        CT2Backend(mapped, tokenizer).check_shortlist(str(tmp_path / "other.json"))
+    with pytest.raises(NMTError, match=r"s.json: ct2_model=.*plain has no vocabulary map; export it again"):
+        CT2Backend(plain, tokenizer).check_shortlist(str(tmp_path / "s.json"))
+    with pytest.raises(NMTError, match="shortlist not found: .*missing.json"):
+        CT2Backend(mapped, tokenizer).check_shortlist(str(tmp_path / "missing.json"))
 
 
 def write_checkpoint(tokenizer: Tokenizer, data_dir: Path, path: Path) -> None:
@@ -193,30 +218,34 @@ def test_a_checkpoints_shortlist_is_built_from_its_training_data_and_saved_besid
     assert shortlist == build_shortlist(src, tgt, tokenizer, 5, 10)
 
 
-def test_the_script_writes_the_shortlist_and_the_vmap_and_refuses_in_one_line(tokenizer, tmp_path):
+def test_the_script_writes_the_shortlist_the_export_takes_it_and_both_refuse_in_one_line(tokenizer, tmp_path):
     write_checkpoint(tokenizer, tmp_path / "data", tmp_path / "model.pt")
 
-    def script(*args: str) -> subprocess.CompletedProcess:
+    def script(*args: str, name: str = "build_shortlist.py") -> subprocess.CompletedProcess:
         return subprocess.run(
-            [
-                sys.executable,
-                str(REPO / "scripts" / "build_shortlist.py"),
-                f"checkpoint={tmp_path / 'model.pt'}",
-                *args,
-            ],
+            [sys.executable, str(REPO / "scripts" / name), f"checkpoint={tmp_path / 'model.pt'}", *args],
             cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=300,
         )
 
-    done = script("k=3", "frequent=4", f"vmap={tmp_path / 'vmap.txt'}")
+    done = script("k=3", "frequent=4")
     assert done.returncode == 0, done.stderr
     assert f"-> {tmp_path / 'shortlist.k3.n4.json'}" in done.stdout and "valid: " in done.stdout
     shortlist = load_shortlist(tmp_path / "shortlist.k3.n4.json", tokenizer)
-    assert (tmp_path / "vmap.txt").read_text(encoding="utf-8").splitlines()[0] == "\t" + " ".join(
-        tokenizer.tgt_pieces(shortlist.always)
-    )
+    if importlib.util.find_spec("ctranslate2"):
+        export = ["output=ct2", "shortlist=shortlist.k3.n4.json"]
+        exported = script(*export, name="export_ct2.py")
+        assert exported.returncode == 0, exported.stderr
+        assert (tmp_path / "ct2" / "vmap.txt").read_text(encoding="utf-8").splitlines()[0] == "\t" + " ".join(
+            tokenizer.tgt_pieces(shortlist.always)
+        )
+        missing = script("output=other", "shortlist=missing.json", name="export_ct2.py")
+        assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
+            "error: shortlist not found: missing.json; build it with scripts/build_shortlist.py"
+        ]
+        assert not (tmp_path / "other").exists() and not (tmp_path / ".other.tmp").exists()
     wrong = script("data=toy", "data.src_lang=tgt", "data.tgt_lang=src")
     assert wrong.returncode == 1 and wrong.stderr.strip().splitlines() == [
         "error: data.src_lang=tgt data.tgt_lang=src: the model translates src -> tgt; "

@@ -226,11 +226,12 @@ def test_the_translator_reads_the_shortlist_once_and_decodes_over_it(tmp_path, m
         translator.decoding_with(DecodingOverrides(shortlist=str(tmp_path / "missing.json")))
 
 
-def test_a_backend_without_shortlists_refuses_one_rather_than_ignoring_it(tmp_path):
+def test_the_translator_asks_its_backend_to_check_the_shortlist_before_decoding(tmp_path):
     checkpoint = write_checkpoint(tmp_path / "model.pt", tmp_path, "bpe", seed=1)
     torch_translator = Translator.from_checkpoint(str(checkpoint), torch.device("cpu"))
-    other = SimpleNamespace(name="ct2")
+    checked = []
+    other = SimpleNamespace(name="ct2", check_shortlist=checked.append)
     translator = Translator(torch_translator.model, torch_translator.tokenizer, torch_translator.cfg, other)
     assert translator.decoding_with(DecodingOverrides()).shortlist is None
-    with pytest.raises(NMTError, match=r"shortlist=s.json: backend=ct2 does not decode over a shortlist"):
-        translator.decoding_with(DecodingOverrides(shortlist="s.json"))
+    translator.decoding_with(DecodingOverrides(shortlist="s.json"))
+    assert checked == [None, "s.json"]

@@ -41,6 +41,10 @@ class Backend(Protocol):
         source's target prefix when ``prefixes`` are given (lists of target ids, possibly empty)."""
         ...
 
+    def check_shortlist(self, path: str | None) -> None:
+        """Refuse, before anything is decoded, a ``decoding.shortlist`` this backend cannot decode over."""
+        ...
+
     def score_ids(
         self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int
     ) -> list[list[float]]:
@@ -66,6 +70,9 @@ class TorchBackend:
         if path not in self.shortlists:
             self.shortlists[path] = load_shortlist(Path(path), self.tokenizer)
         return self.shortlists[path]
+
+    def check_shortlist(self, path: str | None) -> None:
+        self.shortlist(path)
 
     def translate_ids(
         self,

@@ -471,6 +471,9 @@ class ExportCT2Config:
     # | float16 | bfloat16; CTranslate2 computes in a type the device supports
     quantization: str = "none"
     force: bool = False  # replace an existing output directory
+    # a shortlist file (scripts/build_shortlist.py) written as CTranslate2's vocabulary map, used by
+    # backend=ct2 with decoding.shortlist set to the same file
+    shortlist: str | None = None
 
 
 @dataclass
@@ -558,7 +561,6 @@ class ShortlistConfig:
     k: int = 10  # likeliest target subwords per source subword beyond the frequent ones (docs/decoding.md)
     frequent: int = 100  # most frequent target subwords, always candidates
     output: str | None = None  # default: shortlist.k{k}.n{frequent}.json beside the checkpoint
-    vmap: str | None = None  # also write it as a CTranslate2 vocabulary map, e.g. CT2_MODEL_DIR/vmap.txt
 
 
 def data_or_model_data(data: DataConfig | None, model_data: DataConfig) -> DataConfig:

@@ -12,7 +12,8 @@ four special ids are in, so their positions in the sorted candidate list are the
 
 Stored as JSON (``shortlist.k{k}.n{frequent}.json`` beside the checkpoint) with a format version and
 the tokenizer's fingerprint, both checked when loaded; :func:`write_vmap` writes the same shortlist
-as a CTranslate2 vocabulary map (``vmap.txt``, CTranslate2's ``use_vmap``).
+as a CTranslate2 vocabulary map (``vmap.txt``, CTranslate2's ``use_vmap``), which
+``scripts/export_ct2.py shortlist=FILE`` puts into the exported model.
 """
 
 from __future__ import annotations
@@ -232,6 +233,4 @@ def shortlist_for_checkpoint(cfg: ShortlistConfig, progress: bool = True) -> tup
     shortlist = build_shortlist(*encoded("train"), tokenizer, cfg.k, cfg.frequent)
     path = Path(cfg.output) if cfg.output else Path(cfg.checkpoint).parent / shortlist.filename()
     shortlist.save(path)
-    if cfg.vmap:
-        write_vmap(shortlist, tokenizer, Path(cfg.vmap))
     return shortlist, path, coverage(shortlist, *encoded("valid"))

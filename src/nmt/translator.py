@@ -146,13 +146,7 @@ class Translator:
         (a shortlist is read here, once, so that a wrong one fails before anything is decoded)."""
         decoding = merge_decoding(base or self.cfg.decoding, overrides)
         check_decoding(decoding)
-        if isinstance(self.backend, TorchBackend):
-            self.backend.shortlist(decoding.shortlist)
-        elif decoding.shortlist is not None:
-            raise NMTError(
-                f"decoding.shortlist={decoding.shortlist}: backend={self.backend.name} does not decode over "
-                "a shortlist; use backend=torch or decoding.shortlist=null"
-            )
+        self.backend.check_shortlist(decoding.shortlist)
         return decoding
 
     def encode(self, lines: Sequence[str], first_line: int = 1) -> list[list[int]]:

@@ -49,6 +49,11 @@ What differs from ``backend=torch``:
   by the model (teacher-forced); beam search would rank beams differently (on a random model 24 of 30
   outputs differ), so ``backend=ct2`` refuses blocking with ``beam_size`` > 1.
 
+- Vocabulary shortlists (``decoding.shortlist``) are CTranslate2's vocabulary map, written into the
+  model directory by ``scripts/export_ct2.py shortlist=FILE`` (``use_vmap``). CTranslate2 decodes a
+  call over the union of its sentences' candidates, where ours gives each sentence its own: with a
+  shortlist, a translation can depend on the sentences that share its call (those of its length).
+
 ``word_reward``, which only matters when finished hypotheses of different lengths are ranked, is
 added here when ranking, as in ours.
 The returned ``score`` is ours (GNMT plus word reward, from the log-probability), so both backends'
@@ -67,7 +72,7 @@ import torch
 from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
-from nmt.ct2.format import read_export_info, require_ctranslate2
+from nmt.ct2.format import file_digest, read_export_info, require_ctranslate2
 from nmt.decoding import Hypothesis, hypothesis
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, PAD_ID
@@ -129,6 +134,9 @@ class CT2Backend:
         if device.type not in ("cpu", "cuda"):
             raise NMTError(f"backend=ct2 runs on cpu or cuda, not {device.type}")
         self.tokenizer, self.max_positions = tokenizer, int(info["max_positions"])
+        self.model_dir = Path(model_dir)
+        self.vmap: dict[str, Any] | None = info.get("shortlist")  # the shortlist behind its vocabulary map
+        self.shortlists: set[str] = set()  # decoding.shortlist files checked against the map
         self.cpu = device.type == "cpu"
         cores = torch.get_num_threads() if device.type == "cpu" else 1
         self.inter_threads, self.intra_threads = thread_layout(inter_threads, intra_threads, cores)
@@ -144,6 +152,26 @@ class CT2Backend:
         self.pieces = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.suppress = [[self.pieces[PAD_ID]], [self.pieces[BOS_ID]]]
+
+    def check_shortlist(self, path: str | None) -> None:
+        """``decoding.shortlist=path``: CTranslate2 reads the map from the model directory, so the model
+        must have been exported with this shortlist (the same file content); checked once per path."""
+        if path is None or path in self.shortlists:
+            return
+        export = f"export it again with shortlist={path} (scripts/export_ct2.py)"
+        if self.vmap is None:
+            raise NMTError(
+                f"decoding.shortlist={path}: ct2_model={self.model_dir} has no vocabulary map; {export}"
+            )
+        if not Path(path).is_file():
+            raise NMTError(f"shortlist not found: {path}; build it with scripts/build_shortlist.py")
+        if file_digest(Path(path)) != self.vmap["sha256"]:
+            made_from = f"{self.vmap['file']}, k={self.vmap['k']}, frequent={self.vmap['frequent']}"
+            raise NMTError(
+                f"decoding.shortlist={path}: the vocabulary map of ct2_model={self.model_dir} was made from "
+                f"another shortlist ({made_from}); {export}"
+            )
+        self.shortlists.add(path)
 
     def translate_ids(
         self,
@@ -161,6 +189,7 @@ class CT2Backend:
                 f"(decoding.no_repeat_ngram={cfg.no_repeat_ngram}, decoding.beam_size={cfg.beam_size}): "
                 "use backend=torch, decoding.beam_size=1 or decoding.no_repeat_ngram=0"
             )
+        self.check_shortlist(cfg.shortlist)
         limit = self.max_positions - 1
         sources = [list(s[:limit]) for s in sources]
         groups: dict[int, list[int]] = defaultdict(list)  # source length -> its sentences
@@ -230,6 +259,7 @@ class CT2Backend:
             batch_type="tokens",
             max_input_length=0,
             no_repeat_ngram_size=cfg.no_repeat_ngram,
+            use_vmap=cfg.shortlist is not None,
             target_prefix=[[self.pieces[i] for i in p] or None for p in prefixes] if any(prefixes) else None,
         )
         return pending, lp, budget

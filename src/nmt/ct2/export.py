@@ -15,12 +15,16 @@ model to compute exactly what ours computes:
   does) and decoding starts from BOS.
 
 The directory also holds the SentencePiece model(s) and ``nmt_export.json`` (the tokenizer's
-fingerprint, so :class:`nmt.ct2.backend.CT2Backend` can refuse a tokenizer that does not match).
+fingerprint, so :class:`nmt.ct2.backend.CT2Backend` can refuse a tokenizer that does not match), and,
+exported with ``shortlist=FILE``, that vocabulary shortlist as CTranslate2's vocabulary map
+(``vmap.txt``), recorded in ``nmt_export.json`` by the file's content digest so that the backend uses
+the map only for ``decoding.shortlist=FILE``.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +32,11 @@ from torch import nn
 
 from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint
 from nmt.config import ExportCT2Config, ModelConfig, TransformerConfig
-from nmt.ct2.format import require_ctranslate2, write_export_info
+from nmt.ct2.format import file_digest, require_ctranslate2, write_export_info
 from nmt.errors import NMTError
 from nmt.models.attention import Attention, DotProductAttention
 from nmt.models.transformer import DecoderLayer, EncoderLayer, Residual, Transformer
+from nmt.shortlist import load_shortlist, write_vmap
 from nmt.special import BOS_ID, EOS_ID, UNK_ID
 from nmt.tokenizer import Tokenizer
 
@@ -180,8 +185,10 @@ def export_model(
     quantization: str = "none",
     force: bool = False,
     meta: dict[str, Any] | None = None,
+    shortlist: str | Path | None = None,
 ) -> Path:
-    """Write ``model`` (and its SentencePiece models) as a CTranslate2 model directory ``output``.
+    """Write ``model`` (and its SentencePiece models) as a CTranslate2 model directory ``output``, with
+    the vocabulary ``shortlist`` file (scripts/build_shortlist.py) as its vocabulary map if given.
 
     The directory is filled under a temporary name and renamed at the end, so an interrupted export
     never leaves a directory the backend would load.
@@ -197,7 +204,11 @@ def export_model(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        spec.save(str(tmp))
+        with tempfile.TemporaryDirectory() as scratch:
+            vmap = _vocabulary_map(shortlist, tokenizer, Path(scratch) / "vmap.txt")
+            if vmap:
+                spec.register_vocabulary_mapping(str(Path(scratch) / "vmap.txt"))
+            spec.save(str(tmp))
         src, tgt = tokenizer.protos
         if tokenizer.joint:
             (tmp / "sentencepiece.model").write_bytes(src)
@@ -209,6 +220,7 @@ def export_model(
             "joint_vocabulary": tokenizer.joint,
             "max_positions": model.cfg.max_positions,
             "quantization": quantization,
+            "shortlist": vmap,
             **(meta or {}),
         }
         write_export_info(tmp, info)
@@ -221,6 +233,21 @@ def export_model(
     return output
 
 
+def _vocabulary_map(shortlist: str | Path | None, tokenizer: Tokenizer, path: Path) -> dict[str, Any] | None:
+    """Write the ``shortlist`` file as a vocabulary map at ``path``; what ``nmt_export.json`` records of
+    it (None without one)."""
+    if shortlist is None:
+        return None
+    loaded = load_shortlist(Path(shortlist), tokenizer)
+    write_vmap(loaded, tokenizer, path)
+    return {
+        "file": str(Path(shortlist).resolve()),
+        "sha256": file_digest(Path(shortlist)),
+        "k": loaded.k,
+        "frequent": loaded.frequent,
+    }
+
+
 def export_checkpoint(cfg: ExportCT2Config) -> Path:
     """``scripts/export_ct2.py``: check that the checkpoint's model can be exported, then export it."""
     check_quantization(cfg.quantization)
@@ -229,4 +256,4 @@ def export_checkpoint(cfg: ExportCT2Config) -> Path:
     check_exportable(checkpoint_config(ckpt).model)
     model, tokenizer, _ = model_from_checkpoint(ckpt, "cpu")
     meta = {"checkpoint": str(Path(cfg.checkpoint).resolve()), "step": ckpt.get("progress", {}).get("step")}
-    return export_model(model, tokenizer, cfg.output, cfg.quantization, cfg.force, meta)
+    return export_model(model, tokenizer, cfg.output, cfg.quantization, cfg.force, meta, cfg.shortlist)

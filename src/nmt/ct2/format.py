@@ -6,6 +6,7 @@ Shared by both so that the backend does not depend on the exporter (nor on the T
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from types import ModuleType
@@ -39,3 +40,8 @@ def read_export_info(model_dir: str | Path) -> dict[str, Any]:
             f"{model_dir}: not a model directory written by scripts/export_ct2.py (no {META_FILE})"
         )
     return json.loads(path.read_text())
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file's content: how an export names the shortlist its vocabulary map came from."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
