@@ -32,7 +32,7 @@ from nmt.config import (
 from nmt.decoding import length_penalty, pad_batch, translate_ids
 from nmt.errors import NMTError
 from nmt.models import Transformer
-from nmt.special import BOS_ID, EOS_ID
+from nmt.special import BOS_ID, EOS_ID, PAD_ID
 from nmt.tokenizer import Tokenizer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -184,17 +184,61 @@ def test_greedy_decoding_of_a_random_model_matches(spm_models, tmp_path):
         assert b[0].score == pytest.approx(a[0].score, abs=1e-3)
 
 
+def test_sentences_whose_search_kept_pad_or_bos_are_searched_again_without_them(spm_models, tmp_path):
+    """A random model gives PAD and BOS beams: those sentences, and only those, are searched again with
+    both suppressed, and every log-probability returned is the model's."""
+    tokenizer = spm_models["joint"]
+    model = random_model(TINY, tokenizer, seed=1)  # 21 of the 30 sentences hold PAD or BOS unsuppressed
+    backend = CT2Backend(export_model(model, tokenizer, tmp_path / "m"), tokenizer, "cpu", 1, 1)
+    sources = tokenizer.encode_src(spm_models["text"][:30])
+    cfg = DecodingConfig(beam_size=4, nbest=4, max_len_a=1.0, max_len_b=2)
+    searched = []
+    search = backend._search
+
+    def spy(which, *args, suppress):
+        searched.append((list(which), suppress))
+        return search(which, *args, suppress=suppress)
+
+    backend._search = spy
+    theirs = backend.translate_ids(sources, cfg)
+    (first, unsuppressed), (again, suppressed) = searched
+    assert first == list(range(30)) and not unsuppressed and suppressed and 0 < len(again) < 30
+    free = backend.translator.translate_batch(
+        [tokenizer.src_pieces(s) for s in sources], beam_size=4, num_hypotheses=4, max_decoding_length=40
+    )
+    held = {i for i, r in enumerate(free) if any({"<pad>", "<s>"} & set(h) for h in r.hypotheses)}
+    assert held and set(again) >= held  # those CTranslate2 alone fills with PAD or BOS are among them
+    for source, hyps in zip(sources, theirs):
+        assert all(PAD_ID not in h.tokens and BOS_ID not in h.tokens for h in hyps)
+        model_scores = backend.score_ids([source] * len(hyps), [h.tokens for h in hyps], 1000)
+        for h, token_scores in zip(hyps, model_scores):
+            assert h.log_prob == pytest.approx(sum(token_scores), abs=1e-4)
+
+
 def has_repeated_ngram(tokens: list[int], n: int) -> bool:
     ngrams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
     return len(ngrams) != len(set(ngrams))
 
 
+def never_pad_or_bos(model: Transformer) -> Transformer:
+    """``model`` giving PAD and BOS no probability worth a beam anywhere (logits about -60), as training
+    leaves a model: the decoder's output is pushed along a direction u that their (tied) embeddings
+    point against."""
+    with torch.no_grad():
+        u = torch.nn.functional.normalize(torch.randn(model.cfg.d_model), dim=0)
+        model.dec_norm.weight.fill_(1.0)
+        model.dec_norm.bias.copy_(6.0 * u)
+        model.output.weight[PAD_ID] = model.output.weight[BOS_ID] = -10.0 * u
+    return model
+
+
 @pytest.fixture(scope="module")
 def looping(spm_models, tmp_path_factory):
     """A random model that loops (most outputs repeat a bigram) and runs to its length budget, where the
-    word reward decides between lengths; its CTranslate2 backend; 30 sources."""
+    word reward decides between lengths, and gives PAD and BOS no chance (as a trained model); its
+    CTranslate2 backend; 30 sources."""
     tokenizer = spm_models["joint"]
-    model = random_model(TINY, tokenizer, seed=3)
+    model = never_pad_or_bos(random_model(TINY, tokenizer, seed=3))
     backend = CT2Backend(
         export_model(model, tokenizer, tmp_path_factory.mktemp("ct2") / "m"),
         tokenizer,
@@ -293,7 +337,13 @@ def test_thread_layout_fills_the_cores_with_one_thread_translations_unless_told(
 def test_the_thread_layout_reaches_ctranslate2_from_load_backend(spm_models, tmp_path):
     tokenizer = spm_models["joint"]
     model_dir = export_model(random_model(TINY, tokenizer), tokenizer, tmp_path / "m")
-    backend = load_backend("ct2", str(model_dir), None, tokenizer, torch.device("cpu"), 48, (2, 1))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        backend = load_backend("ct2", str(model_dir), None, tokenizer, torch.device("cpu"), 48, (2, 1))
+        assert torch.get_num_threads() == 3  # CTranslate2 (intra_threads 1) leaves torch's threads alone
+    finally:
+        torch.set_num_threads(threads)
     assert (backend.translator.num_translators, backend.intra_threads) == (2, 1)
     with pytest.raises(NMTError, match="ct2_inter_threads=-1, ct2_intra_threads=0: must be >= 0"):
         load_backend("ct2", str(model_dir), None, tokenizer, torch.device("cpu"), 48, (-1, 0))
@@ -402,7 +452,7 @@ def test_backend_against_ctranslate2_directly_side_by_side(spm_models, tmp_path)
     assert [row["layout"] for row in result["rows"]] == ["1x1", "2x1"]
     for row in result["rows"]:
         assert all(len(row[f"{v} s all"]) == 2 and row[f"{v} s"] > 0 for v in VARIANTS)
-        assert row["backend / direct"] > 0 and row["backend / + rescoring cpu"] > 0
+        assert row["backend / direct"] > 0 and row["backend / per length cpu"] > 0
     assert result["fastest_backend_layout"] in ("1x1", "2x1") and result["backend_over_fastest_direct"] > 0
     table = format_direct(result)
     assert len(table) == 5 and table[2].startswith("1x1") and "fastest layout" in table[-1]

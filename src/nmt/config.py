@@ -462,6 +462,21 @@ class CT2SpeedConfig(EvaluateConfig):
 
 
 @dataclass
+class DecodersSpeedConfig(EvaluateConfig):
+    """scripts/benchmark_decoders.py: PyTorch and CTranslate2, each at its best configuration for the
+    cores, side by side on a split's sentences (docs/speed.md)."""
+
+    sentences: int = 0  # the split's first sentences; 0 = all
+    repeats: int = 3  # every row, taking turns
+    torch_threads: list[int] = field(default_factory=lambda: [1, 2])  # PyTorch rows: intra-op threads
+    torch_processes: int = 2  # a PyTorch row of this many single-threaded processes; < 2 = none
+    ct2_layouts: list[str] = field(default_factory=lambda: ["1x2", "2x1", "1x1"])  # CTranslate2 direct
+    shortlist: str | None = None  # a shortlist file: the PyTorch rows again with it
+    ct2_vmap_model: str | None = None  # the model exported with shortlist=: a backend=ct2 row with its map
+    output: str = "decoders_speed.json"
+
+
+@dataclass
 class ExportCT2Config:
     """scripts/export_ct2.py: a Transformer checkpoint as a CTranslate2 model directory."""
 
@@ -594,6 +609,7 @@ def register_configs() -> None:
     cs.store(name="serve_schema", node=ServeConfig)
     cs.store(name="benchmark_server_schema", node=ServeBenchConfig)
     cs.store(name="benchmark_ct2_schema", node=CT2SpeedConfig)
+    cs.store(name="benchmark_decoders_schema", node=DecodersSpeedConfig)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
     cs.store(name="plot_curves_schema", node=PlotCurvesConfig)
     cs.store(name="score_schema", node=ScoreConfig)

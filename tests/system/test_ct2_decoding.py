@@ -83,7 +83,8 @@ def test_a_sentence_decodes_alike_alone_and_among_others(setup, monkeypatch):
     for i in range(0, len(sources), 10):
         alone = backend.translate_ids([sources[i]], cfg)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
-        assert [h.score for h in alone] == pytest.approx([h.score for h in together[i]], abs=1e-5)
+        # CTranslate2's sums of log-probabilities, whose rounding depends on the batch: about 1e-5
+        assert [h.score for h in alone] == pytest.approx([h.score for h in together[i]], abs=1e-4)
 
 
 def test_translate_script_with_the_ct2_backend(toy, toy_run, exported, setup, tmp_path):

@@ -6,8 +6,8 @@ as the PyTorch measurement (greedy and beam search), with backend=ct2's default 
 Reported per setting: sentences/s, target tokens/s, the speed ratio over PyTorch's cached search and
 the share of sentences whose best translation equals PyTorch's. A randomly initialised model (no
 ``bench.checkpoint``) never emits EOS, so every hypothesis reaches the length budget, and the
-CTranslate2 backend then rescores all of them with EOS (see :mod:`nmt.ct2.backend`), which a trained
-model hardly ever needs: benchmark a checkpoint for representative ratios.
+CTranslate2 backend then scores all of them again with EOS (see :mod:`nmt.ct2.backend`), which a
+trained model hardly ever needs: benchmark a checkpoint for representative ratios.
 
 ``scripts/benchmark_ct2.py`` (:func:`run_ct2_speed`): backend=ct2 against CTranslate2 called directly
 on an exported model, per thread layout, side by side (:func:`compare_with_direct`).
@@ -112,10 +112,10 @@ def format_ct2(ct2: dict[str, Any]) -> list[str]:
 
 # --------------------------------------------------- backend=ct2 against CTranslate2 called directly
 
-VARIANTS = ("direct", "per length", "+ rescoring", "backend")
+VARIANTS = ("direct", "per length", "backend")
 # What backend=ct2 is compared with: one plain call of every sentence (its results depend on the batch),
-# and CTranslate2 doing exactly backend=ct2's work (the same calls and rescoring pass) without the rest.
-REFERENCES = ("direct", "+ rescoring")
+# and CTranslate2 making exactly backend=ct2's calls (one per source length) without the rest.
+REFERENCES = ("direct", "per length")
 
 
 def parse_layout(text: str) -> tuple[int, int]:
@@ -136,7 +136,6 @@ def direct(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig) ->
         length_penalty=ct2_length_penalty(cfg.alpha, round(statistics.mean(lengths))),
         max_decoding_length=max(length_budget(n, cfg, backend.max_positions - 1) for n in lengths),
         disable_unk=cfg.no_unk,
-        suppress_sequences=backend.suppress,
         return_scores=True,
         max_batch_size=backend._batch_tokens(cfg),
         batch_type="tokens",
@@ -144,12 +143,9 @@ def direct(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig) ->
     return [r.hypotheses[0] for r in results]
 
 
-def per_length(
-    backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig, rescore: bool
-) -> list[list[str]]:
+def per_length(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig) -> list[list[str]]:
     """What backend=ct2 asks of CTranslate2 (one call per source length, with its penalty and budget,
-    all queued at once, every finished hypothesis) and, with ``rescore``, the teacher-forced pass that
-    gives the best hypotheses the model's log-probabilities; without turning anything into ours."""
+    all queued at once, every finished hypothesis), without turning anything into ours."""
     groups: dict[int, list[int]] = defaultdict(list)
     for i, p in enumerate(pieces):
         groups[len(p)].append(i)
@@ -164,7 +160,6 @@ def per_length(
             length_penalty=lp,
             max_decoding_length=length_budget(n + 1, cfg, backend.max_positions - 1),
             disable_unk=cfg.no_unk,
-            suppress_sequences=backend.suppress,
             return_scores=True,
             max_batch_size=backend._batch_tokens(cfg),
             batch_type="tokens",
@@ -179,10 +174,6 @@ def per_length(
                 for h, score in zip(found.hypotheses, found.scores)
             ]
             best[i] = found.hypotheses[max(range(len(gnmt)), key=gnmt.__getitem__)]
-    if rescore:
-        backend.translator.score_batch(
-            pieces, best, max_batch_size=backend.score_batch_tokens(cfg.max_tokens), batch_type="tokens"
-        )
     return best
 
 
@@ -194,8 +185,7 @@ def time_variants(
     pieces = [[backend.src_pieces[i] for i in s] for s in sources]  # what a direct user feeds
     runs: dict[str, Callable[[list[list[int]], list[list[str]]], Any]] = {
         "direct": lambda ids, text: direct(backend, text, cfg),
-        "per length": lambda ids, text: per_length(backend, text, cfg, rescore=False),
-        "+ rescoring": lambda ids, text: per_length(backend, text, cfg, rescore=True),
+        "per length": lambda ids, text: per_length(backend, text, cfg),
         "backend": lambda ids, text: backend.translate_ids(ids, cfg),
     }
     for run in runs.values():
@@ -291,7 +281,7 @@ def format_direct(result: dict[str, Any]) -> list[str]:
     """The table of :func:`compare_with_direct`: seconds per layout and variant (median, and the least
     disturbed run), and backend=ct2's speed over each reference, from wall-clock and from CPU time."""
     widths = (16, 12, 14, 12)  # the ratio columns
-    heads = ("wall /direct", "/+rescoring", "cpu /direct", "/+rescoring")
+    heads = ("wall /direct", "/per length", "cpu /direct", "/per length")
     out = [
         f"backend=ct2 against CTranslate2 called directly: {result['sentences']} sentences, "
         f"beam {result['decoding']['beam_size']}, {result['repeats']} repeats; seconds median (min), "

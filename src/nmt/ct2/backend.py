@@ -16,7 +16,7 @@ whatever else is in the call (with one penalty and budget for all, from the mean
 source, 13 of 60 short sentences decoded beside a long one got another best translation). The calls
 are all queued before any result is awaited, so with ``inter_threads`` > 1 several decode at once;
 the thread layout is chosen by :func:`thread_layout`. Only floating-point rounding, which depends on
-the batch's size, still differs (log-probabilities by about 1e-6).
+the batch's size, still differs (log-probabilities by about 1e-5).
 
 What differs from ``backend=torch``:
 
@@ -33,19 +33,23 @@ What differs from ``backend=torch``:
   hypotheses it cut are rescored here with EOS, as ours ends them, but at the last step CTranslate2
   finishes its k best extensions, not (as ours) every beam, and prefers cut ones (no EOS cost) when
   it keeps k: outputs that reach the budget can differ.
-- Suppressed tokens (PAD and BOS always, UNK with ``no_unk``) are removed before CTranslate2's
-  softmax and after ours: its scores differ from the model's log-probabilities by about the
-  suppressed probability mass (1e-3 at most on the toy model), which can flip near-ties. The
-  hypotheses returned are therefore scored again (:meth:`CT2Backend.score_ids`, one teacher-forced
-  pass): their log-probabilities are the model's, as with ``backend=torch``, so that scoring a
-  translation again (scripts/score.py, the service's ``/score``) gives the number its search gave.
+- Suppressed tokens. Ours never extends a hypothesis with PAD or BOS (nor UNK with ``no_unk``) but
+  scores the rest with the model's log-probabilities; CTranslate2 removes banned tokens before its
+  softmax, so its scores are then of a renormalised distribution (off by the banned probability
+  mass, 1e-3 at most on the toy model), which can flip near-ties. So every sentence is first searched
+  with nothing suppressed: CTranslate2's scores are then the model's log-probabilities and are used
+  as they are. A trained model gives PAD and BOS no probability worth a beam; a sentence whose
+  hypotheses hold one anyway (a barely trained model) is searched again with both suppressed, and
+  such hypotheses, as those of ``no_unk``, are scored again (:meth:`CT2Backend.score_ids`, one
+  teacher-forced pass) so that their log-probabilities are the model's too. Scoring a translation
+  again (scripts/score.py, the service's ``/score``) therefore gives the number its search gave.
 - Target prefixes (``prefixes``) are CTranslate2's ``target_prefix``; its length budget counts them,
   as ours does, and its scores leave them out: such hypotheses are always scored again.
 
 - Blocked n-grams (``no_repeat_ngram``, CTranslate2's ``no_repeat_ngram_size``): both ban a token that
   would complete an n-gram already in the hypothesis, but CTranslate2 bans it before its softmax, so
   its scores are of the renormalised distribution, where ours (like fairseq's and Hugging Face's) are
-  the model's. Greedy search picks the same tokens either way, and its hypotheses are rescored here
+  the model's. Greedy search picks the same tokens either way, and its hypotheses are scored again
   by the model (teacher-forced); beam search would rank beams differently (on a random model 24 of 30
   outputs differ), so ``backend=ct2`` refuses blocking with ``beam_size`` > 1.
 
@@ -53,6 +57,8 @@ What differs from ``backend=torch``:
   model directory by ``scripts/export_ct2.py shortlist=FILE`` (``use_vmap``). CTranslate2 decodes a
   call over the union of its sentences' candidates, where ours gives each sentence its own: with a
   shortlist, a translation can depend on the sentences that share its call (those of its length).
+  Scores are then log-probabilities normalised over the candidates, as ours are (over the sentence's
+  own), and are kept as they are.
 
 ``word_reward``, which only matters when finished hypotheses of different lengths are ranked, is
 added here when ranking, as in ours.
@@ -140,6 +146,7 @@ class CT2Backend:
         self.cpu = device.type == "cpu"
         cores = torch.get_num_threads() if device.type == "cpu" else 1
         self.inter_threads, self.intra_threads = thread_layout(inter_threads, intra_threads, cores)
+        torch_threads = torch.get_num_threads()
         self.translator = ctranslate2.Translator(
             str(model_dir),
             device=device.type,
@@ -148,6 +155,8 @@ class CT2Backend:
             inter_threads=self.inter_threads,
             intra_threads=self.intra_threads,
         )
+        # CTranslate2 sets the calling thread's OpenMP threads to intra_threads, which torch shares
+        torch.set_num_threads(torch_threads)
         self.src_pieces = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
         self.pieces = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
@@ -192,56 +201,65 @@ class CT2Backend:
         self.check_shortlist(cfg.shortlist)
         limit = self.max_positions - 1
         sources = [list(s[:limit]) for s in sources]
-        groups: dict[int, list[int]] = defaultdict(list)  # source length -> its sentences
-        for i, s in enumerate(sources):
-            groups[len(s)].append(i)
-        # Every call is queued before any is awaited, so inter_threads > 1 decodes groups side by side;
-        # the largest (sentences x length) first, so that no large group is left to run alone at the end.
-        order = sorted(groups.values(), key=lambda idx: -len(idx) * len(sources[idx[0]]))
         forced = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in sources]
-        calls = [
-            (idx, *self._submit([sources[i] for i in idx], cfg, [forced[i] for i in idx])) for idx in order
-        ]
         found: list[dict[tuple[int, ...], float | None]] = [{} for _ in sources]
         with tqdm(total=len(sources), disable=not progress, desc="decoding (ct2)", unit="sent") as bar:
-            for idx, pending, lp, budget in calls:
-                for i, result in zip(idx, pending):
-                    rescore = cfg.no_repeat_ngram > 0 or bool(forced[i])
-                    found[i] = self._log_probs(result.result(), lp, budget, rescore=rescore)
-                bar.update(len(idx))
+            again = self._search(range(len(sources)), sources, forced, cfg, found, bar, suppress=False)
+            self._search(again, sources, forced, cfg, found, bar, suppress=True)
         todo = [(i, ids) for i, hyps in enumerate(found) for ids, log_p in hyps.items() if log_p is None]
         if todo:
             scores = self.score_ids(
                 [sources[i] for i, _ in todo], [list(ids) for _, ids in todo], cfg.max_tokens
             )
             for (i, ids), token_scores in zip(todo, scores):
-                found[i][ids] = sum(token_scores)
+                found[i][ids] = math.fsum(token_scores)
         out = []
         for hyps in found:
             ranked = [hypothesis(list(ids), log_p, cfg) for ids, log_p in hyps.items()]
             out.append(sorted(ranked, key=lambda h: -h.score)[: cfg.nbest])
-        return self._model_log_probs(sources, out, cfg)
+        return out
 
-    def _model_log_probs(
-        self, sources: list[list[int]], results: list[list[Hypothesis]], cfg: DecodingConfig
-    ) -> list[list[Hypothesis]]:
-        """The hypotheses with the model's log-probabilities (:meth:`score_ids`) in place of
-        CTranslate2's, best first again."""
-        pairs = [(i, h) for i, hyps in enumerate(results) for h in hyps]
-        if not pairs:
-            return results
-        terms = self.score_ids([sources[i] for i, _ in pairs], [h.tokens for _, h in pairs], cfg.max_tokens)
-        rescored: list[list[Hypothesis]] = [[] for _ in results]
-        for (i, h), token_scores in zip(pairs, terms):
-            rescored[i].append(hypothesis(h.tokens, math.fsum(token_scores), cfg))
-        return [sorted(hyps, key=lambda h: -h.score) for hyps in rescored]
+    def _search(
+        self,
+        which: Sequence[int],
+        sources: list[list[int]],
+        forced: list[list[int]],
+        cfg: DecodingConfig,
+        found: list[dict[tuple[int, ...], float | None]],
+        bar: tqdm,
+        suppress: bool,
+    ) -> list[int]:
+        """Search the sources ``which`` in one call per source length, into ``found`` (ids -> log-probability,
+        None where only the model can tell it); without ``suppress``, returns instead the sentences whose
+        hypotheses hold PAD or BOS, to be searched again with them suppressed."""
+        groups: dict[int, list[int]] = defaultdict(list)  # source length -> its sentences
+        for i in which:
+            groups[len(sources[i])].append(i)
+        # Every call is queued before any is awaited, so inter_threads > 1 decodes groups side by side;
+        # the largest (sentences x length) first, so that no large group is left to run alone at the end.
+        order = sorted(groups.values(), key=lambda idx: -len(idx) * len(sources[idx[0]]))
+        calls = [
+            (idx, *self._submit([sources[i] for i in idx], cfg, [forced[i] for i in idx], suppress))
+            for idx in order
+        ]
+        renormalised = suppress or cfg.no_unk or cfg.no_repeat_ngram > 0  # tokens banned before softmax
+        again = []
+        for idx, pending, lp, budget in calls:
+            for i, result in zip(idx, pending):
+                hyps = self._log_probs(result.result(), lp, budget, rescore=renormalised or bool(forced[i]))
+                if not suppress and any(PAD_ID in ids or BOS_ID in ids for ids in hyps):
+                    again.append(i)
+                    continue
+                found[i] = hyps
+                bar.update(1)
+        return again
 
     def _submit(
-        self, sources: list[list[int]], cfg: DecodingConfig, prefixes: list[list[int]]
+        self, sources: list[list[int]], cfg: DecodingConfig, prefixes: list[list[int]], suppress: bool
     ) -> tuple[list[Any], float, int]:
         """Queue the search of sources of one length (each after its target prefix, if any), with the
-        length penalty and budget that length gives; returns the pending results (one per source), the
-        penalty and the budget."""
+        length penalty and budget that length gives, PAD and BOS suppressed if ``suppress``; returns the
+        pending results (one per source), the penalty and the budget."""
         n = len(sources[0]) + 1  # with EOS; the likely output length is about the source length
         lp, budget = ct2_length_penalty(cfg.alpha, n), length_budget(n, cfg, self.max_positions - 1)
         pending = self.translator.translate_batch(
@@ -253,7 +271,7 @@ class CT2Backend:
             max_decoding_length=budget,  # a hypothesis this long was cut: EOS would have been next
             min_decoding_length=0,
             disable_unk=cfg.no_unk,
-            suppress_sequences=self.suppress,
+            suppress_sequences=self.suppress if suppress else None,
             return_scores=True,
             max_batch_size=self._batch_tokens(cfg),
             batch_type="tokens",

@@ -1,0 +1,215 @@
+"""Each decoder at its best configuration for the cores, side by side (``scripts/benchmark_decoders.py``).
+
+One process times every row on the same sentences, in rotating order over the repeats, so that load
+changes on a shared machine hit all rows alike:
+
+- PyTorch (``backend=torch``) on each of ``torch_threads`` intra-op threads, and as ``torch_processes``
+  single-threaded processes that each decode a share of the sentences (what ``serve.workers`` does);
+  each also over the vocabulary ``shortlist`` if one is given;
+- CTranslate2 called directly, the one plain call a CTranslate2 user makes
+  (:func:`nmt.benchmark.ct2_speed.direct`), at each ``ct2_layouts`` thread layout, without a
+  vocabulary map;
+- ``backend=ct2`` at its default layout, and with the vocabulary map of ``ct2_vmap_model`` (the same
+  model exported with ``shortlist=``) over ``shortlist``.
+
+Every row's speed is reported against the fastest CTranslate2 call (median of per-repeat ratios), with
+the BLEU of its output, so a speed-up that costs quality shows beside it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from nmt.benchmark.ct2_speed import direct, parse_layout
+from nmt.benchmark.hardware import hardware
+from nmt.config import DecodersSpeedConfig, DecodingConfig
+from nmt.ct2.backend import CT2Backend
+from nmt.errors import NMTError
+from nmt.evaluation import evaluation_text
+from nmt.metrics import corpus_scores
+from nmt.translator import Translator
+
+CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA")
+
+
+@dataclass
+class Row:
+    name: str
+    decode: Callable[[list[list[int]]], list[list[int]]]  # source ids -> best hypothesis' target ids
+
+
+def _worker(checkpoint: str, conn: Any) -> None:
+    """A single-threaded PyTorch decoder in its own process: (sources, settings) in, best ids out."""
+    torch.set_num_threads(1)
+    translator = Translator.from_checkpoint(checkpoint, torch.device("cpu"))
+    conn.send("ready")
+    while (job := conn.recv()) is not None:
+        sources, cfg = job
+        conn.send([hyps[0].tokens for hyps in translator.backend.translate_ids(sources, cfg)])
+
+
+class Processes:
+    """``count`` single-threaded PyTorch decoders; a batch is split between them by length, round robin,
+    so that each gets sentences of every length."""
+
+    def __init__(self, checkpoint: str, count: int):
+        context = multiprocessing.get_context("spawn")
+        self.conns, self.procs = [], []
+        for _ in range(count):
+            mine, theirs = context.Pipe()
+            proc = context.Process(target=_worker, args=(checkpoint, theirs), daemon=True)
+            proc.start()
+            self.conns.append(mine)
+            self.procs.append(proc)
+        for conn in self.conns:
+            if conn.recv() != "ready":
+                raise NMTError("a decoding process did not start")
+
+    def decode(self, sources: list[list[int]], cfg: DecodingConfig) -> list[list[int]]:
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        shares = [order[w :: len(self.conns)] for w in range(len(self.conns))]
+        for conn, share in zip(self.conns, shares):
+            conn.send(([sources[i] for i in share], cfg))
+        out: list[list[int]] = [[] for _ in sources]
+        for conn, share in zip(self.conns, shares):
+            for i, ids in zip(share, conn.recv()):
+                out[i] = ids
+        return out
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.send(None)
+        for proc in self.procs:
+            proc.join(timeout=30)
+
+
+def build_rows(
+    cfg: DecodersSpeedConfig, translator: Translator, decoding: DecodingConfig, processes: Processes | None
+) -> list[Row]:
+    searches = {"": decoding}
+    if cfg.shortlist:
+        searches[", shortlist"] = replace(decoding, shortlist=cfg.shortlist)
+    rows = []
+    for suffix, search in searches.items():
+        for threads in cfg.torch_threads:
+
+            def torch_row(sources, threads=threads, search=search):
+                torch.set_num_threads(threads)
+                return [h[0].tokens for h in translator.backend.translate_ids(sources, search)]
+
+            rows.append(Row(f"PyTorch, {threads} thread(s){suffix}", torch_row))
+        if processes:
+            rows.append(
+                Row(
+                    f"PyTorch, {len(processes.conns)} processes x 1 thread{suffix}",
+                    lambda sources, search=search: processes.decode(sources, search),
+                )
+            )
+    tokenizer = translator.tokenizer
+    for inter, intra in map(parse_layout, cfg.ct2_layouts):
+        backend = CT2Backend(cfg.ct2_model, tokenizer, "cpu", inter, intra)
+
+        def direct_row(sources, backend=backend):
+            pieces = [[backend.src_pieces[i] for i in s] for s in sources]
+            return [[backend.ids[p] for p in hyp] for hyp in direct(backend, pieces, decoding)]
+
+        rows.append(Row(f"CTranslate2 direct, {inter}x{intra}", direct_row))
+    models = {"": (cfg.ct2_model, decoding)}
+    if cfg.ct2_vmap_model:
+        models[", vocabulary map"] = (cfg.ct2_vmap_model, searches[", shortlist"])
+    for suffix, (model_dir, search) in models.items():
+        backend = CT2Backend(model_dir, tokenizer, "cpu", cfg.ct2_inter_threads, cfg.ct2_intra_threads)
+        rows.append(
+            Row(
+                f"backend=ct2, {backend.inter_threads}x{backend.intra_threads}{suffix}",
+                lambda sources, backend=backend, search=search: [
+                    h[0].tokens for h in backend.translate_ids(sources, search)
+                ],
+            )
+        )
+    return rows
+
+
+def run_decoders_speed(cfg: DecodersSpeedConfig) -> dict[str, Any]:
+    """Time every row ``cfg.repeats`` times on the split's sentences; speeds, ratios, BLEU per row."""
+    if not cfg.ct2_model:
+        raise NMTError("ct2_model=DIR is required: the directory scripts/export_ct2.py wrote (no shortlist)")
+    if cfg.ct2_vmap_model and not cfg.shortlist:
+        raise NMTError("ct2_vmap_model needs shortlist=FILE, the shortlist it was exported with")
+    if cfg.repeats < 1:
+        raise NMTError(f"repeats={cfg.repeats}: must be >= 1")
+    cpu = torch.device("cpu")
+    cores = torch.get_num_threads()
+    translator = Translator.from_checkpoint(cfg.checkpoint, cpu)
+    lines, refs, name = evaluation_text(cfg, translator.cfg)
+    keep = [i for i, s in enumerate(translator.encode(lines)) if s]
+    keep = keep[: cfg.sentences] if cfg.sentences > 0 else keep
+    sources = [translator.encode([lines[i]])[0] for i in keep]
+    refs = [refs[i] for i in keep]
+    decoding = translator.decoding_with(cfg.decoding)
+    machine = hardware(cpu)
+    processes = Processes(cfg.checkpoint, cfg.torch_processes) if cfg.torch_processes > 1 else None
+    try:
+        rows = build_rows(cfg, translator, decoding, processes)
+        for row in rows:  # warm up: first calls allocate, load kernels, fill caches
+            row.decode(sources[:50])
+        seconds: dict[str, list[float]] = {row.name: [] for row in rows}
+        outputs: dict[str, list[list[int]]] = {}
+        for r in range(cfg.repeats):
+            for row in rows[r % len(rows) :] + rows[: r % len(rows)]:
+                start = time.perf_counter()
+                outputs[row.name] = row.decode(sources)
+                seconds[row.name].append(time.perf_counter() - start)
+    finally:
+        if processes:
+            processes.close()
+        torch.set_num_threads(cores)
+    direct_names = [row.name for row in rows if row.name.startswith("CTranslate2 direct")]
+    fastest = [min(seconds[n][r] for n in direct_names) for r in range(cfg.repeats)]
+    texts = {n: translator.tokenizer.decode_tgt(ids) for n, ids in outputs.items()}
+    table = []
+    for row in rows:
+        times = seconds[row.name]
+        table.append(
+            {
+                "decoder": row.name,
+                "seconds": statistics.median(times),
+                "seconds_all": [round(t, 3) for t in times],
+                "sentences_per_s": len(sources) / statistics.median(times),
+                "over_fastest_ct2_direct": statistics.median(f / t for f, t in zip(fastest, times)),
+                "bleu": corpus_scores(texts[row.name], refs, ("bleu",))["bleu"].score,
+            }
+        )
+    return {
+        "split": name,
+        "sentences": len(sources),
+        "repeats": cfg.repeats,
+        "decoding": vars(decoding),
+        "rows": table,
+        "kernel_caps": {n: os.environ[n] for n in CAPS if n in os.environ},
+        "hardware": {**machine, "load_average_end": list(os.getloadavg())},
+    }
+
+
+def format_decoders(result: dict[str, Any]) -> list[str]:
+    hw = result["hardware"]
+    caps = ", ".join(f"{k}={v}" for k, v in result["kernel_caps"].items()) or "native kernels"
+    out = [
+        f"{result['split']}: {result['sentences']} sentences, beam {result['decoding']['beam_size']}, "
+        f"{result['repeats']} repeats; {hw['cpu']} ({hw['cpus']} CPUs), {caps}",
+        f"{'decoder':<46}{'sent/s':>9}{'vs fastest CT2':>16}{'BLEU':>8}",
+    ]
+    for row in result["rows"]:
+        out.append(
+            f"{row['decoder']:<46}{row['sentences_per_s']:>9.1f}{row['over_fastest_ct2_direct']:>15.2f}x"
+            f"{row['bleu']:>8.2f}"
+        )
+    return out
