@@ -5,6 +5,7 @@ the same translations from scripts/translate.py and evaluation with ``backend=ct
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -123,6 +124,56 @@ def test_benchmark_script_compares_with_ctranslate2_directly(toy, toy_run, expor
     result = json.loads((tmp_path / "ct2_speed.json").read_text())
     assert result["sentences"] == 30 and [row["layout"] for row in result["rows"]] == ["1x1"]
     assert "backend=ct2 against CTranslate2 called directly" in proc.stdout
+
+
+def test_decoders_benchmark_times_every_row_and_scores_its_output(toy, toy_run, exported, tmp_path):
+    """PyTorch per thread count, as processes and over a shortlist; CTranslate2 direct; backend=ct2 with
+    and without its vocabulary map: each row timed, with its BLEU; the same search gives the same BLEU."""
+    checkpoint = toy_run.checkpoints / "last.pt"
+    assert (
+        toy.script(
+            "build_shortlist.py", f"checkpoint={checkpoint}", f"output={tmp_path / 's.json'}"
+        ).returncode
+        == 0
+    )
+    vmap = toy.script(
+        "export_ct2.py",
+        f"checkpoint={checkpoint}",
+        f"output={tmp_path / 'vmap'}",
+        f"shortlist={tmp_path / 's.json'}",
+    )
+    assert vmap.returncode == 0, vmap.stderr
+    proc = toy.script(
+        "benchmark_decoders.py",
+        f"checkpoint={checkpoint}",
+        f"ct2_model={exported}",
+        f"shortlist={tmp_path / 's.json'}",
+        f"ct2_vmap_model={tmp_path / 'vmap'}",
+        "sentences=40",
+        "repeats=2",
+        "torch_threads=[1]",
+        "ct2_layouts=[1x1]",
+        "decoding.beam_size=1",
+        f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "decoders_speed.json").read_text())
+    rows = {row["decoder"]: row for row in result["rows"]}
+    names = [re.sub(r"backend=ct2, \d+x\d+", "backend=ct2, AUTO", name) for name in rows]
+    assert names == [
+        "PyTorch, 1 thread(s)",
+        "PyTorch, 2 processes x 1 thread",
+        "PyTorch, 1 thread(s), shortlist",
+        "PyTorch, 2 processes x 1 thread, shortlist",
+        "CTranslate2 direct, 1x1",
+        "backend=ct2, AUTO",
+        "backend=ct2, AUTO, vocabulary map",
+    ]
+    assert result["sentences"] == 40 and all(len(row["seconds_all"]) == 2 for row in rows.values())
+    assert rows["PyTorch, 1 thread(s)"]["bleu"] == rows["PyTorch, 2 processes x 1 thread"]["bleu"] > 10
+    assert rows["CTranslate2 direct, 1x1"]["over_fastest_ct2_direct"] == 1.0
+    assert "vs fastest CT2" in proc.stdout
 
 
 def test_evaluation_with_the_ct2_backend(toy_run, exported, tmp_path):
