@@ -95,6 +95,10 @@ class Recorder:
         self.calls.append([list(s) for s in sources])
         return [[Hypothesis(list(reversed(s)), -1.0, -2.0)] for s in sources]
 
+    def check_shortlist(self, path):
+        if path is not None:
+            raise NMTError(f"decoding.shortlist={path}: the recorder decodes over no shortlist")
+
 
 # ------------------------------------------------------------------------------------ lines in, lines out
 def test_empty_lines_stay_empty_and_are_not_decoded(translator):

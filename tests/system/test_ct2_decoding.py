@@ -130,17 +130,16 @@ def test_decoders_benchmark_times_every_row_and_scores_its_output(toy, toy_run, 
     """PyTorch per thread count, as processes and over a shortlist; CTranslate2 direct; backend=ct2 with
     and without its vocabulary map: each row timed, with its BLEU; the same search gives the same BLEU."""
     checkpoint = toy_run.checkpoints / "last.pt"
-    assert (
-        toy.script(
-            "build_shortlist.py", f"checkpoint={checkpoint}", f"output={tmp_path / 's.json'}"
-        ).returncode
-        == 0
+    shortlist = toy.script(
+        "build_shortlist.py", f"checkpoint={checkpoint}", f"output={tmp_path / 's.json'}", cwd=tmp_path
     )
+    assert shortlist.returncode == 0, shortlist.stderr
     vmap = toy.script(
         "export_ct2.py",
         f"checkpoint={checkpoint}",
         f"output={tmp_path / 'vmap'}",
         f"shortlist={tmp_path / 's.json'}",
+        cwd=tmp_path,
     )
     assert vmap.returncode == 0, vmap.stderr
     proc = toy.script(

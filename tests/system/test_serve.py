@@ -289,6 +289,9 @@ def slow(translator):
                 time.sleep(self.delay)
             return self.inner.translate_ids(sources, cfg, progress, **kwargs)
 
+        def check_shortlist(self, path):
+            self.inner.check_shortlist(path)
+
     backend = SlowBackend(translator.backend)
     return Translator(translator.model, translator.tokenizer, translator.cfg, backend), backend
 
