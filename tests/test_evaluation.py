@@ -8,11 +8,12 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import FORMAT_VERSION, atomic_save
-from nmt.config import EvaluateConfig, TrainConfig, to_container
+from nmt.config import DecodingOverrides, EvaluateConfig, TrainConfig, to_container
 from nmt.data import PreparedData, prepare_corpus, read_lines
 from nmt.evaluation import evaluate_checkpoint
 from nmt.metrics import corpus_scores
 from nmt.models import build_model
+from nmt.shortlist import build_shortlist
 
 EN = ["a man rides a bike", "two dogs play in the park", "a woman sings a song", "the sun is hot"]
 DE = ["ein mann fährt rad", "zwei hunde spielen im park", "eine frau singt ein lied", "die sonne ist heiß"]
@@ -91,3 +92,22 @@ def test_ensembles_that_share_their_first_model_write_their_own_files(tmp_path, 
     for report, member in zip(reports, (b, c)):  # each file holds its own ensemble's report
         written = json.loads(Path(report.report).read_text())
         assert written["checkpoint"] == f"{a.resolve()} + {member.resolve()}"
+
+
+def test_a_search_over_a_shortlist_writes_its_own_files(tmp_path, compose_train_cfg):
+    cfg = tiny_config(tmp_path, compose_train_cfg)
+    data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
+    checkpoint = save_model(cfg, data, tmp_path / "model.pt", seed=0)
+    tok = data.tokenizer
+    shortlist = build_shortlist(tok.encode_src(EN), tok.encode_tgt(DE), tok, k=2, frequent=1)
+    shortlist.save(tmp_path / "shortlist.k2.n1.json")
+    full, listed = (
+        evaluate_checkpoint(
+            EvaluateConfig(checkpoint=str(checkpoint), device="cpu", decoding=DecodingOverrides(shortlist=s)),
+            tmp_path / "eval",
+        )
+        for s in (None, str(tmp_path / "shortlist.k2.n1.json"))
+    )
+    assert Path(full.hypotheses).name == "model.test.beam2.hyp"
+    assert Path(listed.hypotheses).name == "model.test.beam2.shortlist.k2.n1.hyp"
+    assert Path(full.report) != Path(listed.report) and Path(full.report).is_file()

@@ -100,3 +100,16 @@ def test_too_large_vocabulary_says_how_to_fix(texts, tmp_path):
         train_tokenizer(replace(CFG, vocab_size=5000), *texts, tmp_path)
     assert str(texts[0]) in str(e.value)
     assert not list(tmp_path.glob("*tokenizer-*"))  # nothing half-written left behind
+
+
+def test_the_same_vocabulary_trained_from_text_elsewhere_has_the_same_fingerprint(texts, tmp_path):
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    for path in texts:
+        (moved / path.name).write_bytes(path.read_bytes())
+    here = train_tokenizer(CFG, *texts, tmp_path / "a")
+    there = train_tokenizer(CFG, moved / "train.en", moved / "train.de", tmp_path / "b")
+    assert here.protos != there.protos  # the protos record where their training text was
+    assert here.fingerprint == there.fingerprint
+    other = train_tokenizer(replace(CFG, vocab_size=50), *texts, tmp_path / "c")
+    assert other.fingerprint != here.fingerprint

@@ -100,7 +100,8 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     backend = "" if translator.backend.name == "torch" else f".{translator.backend.name}"
     paths = checkpoint_paths(cfg.checkpoint)
     ensemble = ensemble_tag(paths)
-    stem = f"{Path(paths[0]).stem}{ensemble}.{test_name}.beam{decoding.beam_size}{backend}"
+    listed = f".{Path(decoding.shortlist).stem}" if decoding.shortlist else ""  # not the full search's file
+    stem = f"{Path(paths[0]).stem}{ensemble}.{test_name}.beam{decoding.beam_size}{listed}{backend}"
     hyp_path = Path(cfg.eval.out) if cfg.eval.out else out_dir / f"{stem}.hyp"
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in hyp_text), encoding="utf-8")

@@ -11,10 +11,12 @@ import json
 import logging
 import os
 import re
+from functools import cached_property
 from pathlib import Path
 
 import sentencepiece as spm
 import torch
+from sentencepiece import sentencepiece_model_pb2
 
 from nmt.cache import atomic_dir, config_dict, file_digest
 from nmt.config import TokenizerConfig
@@ -39,11 +41,14 @@ class Tokenizer:
         self.src_vocab_size: int = self._src.get_piece_size()
         self.tgt_vocab_size: int = self._tgt.get_piece_size()
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
-        """Hash of the model protos: encoded data cached under it is valid exactly for this tokenizer."""
-        h = hashlib.sha1(self._protos[0])
-        h.update(self._protos[1] or b"joint")
+        """Hash of what the model protos encode with: encoded data cached under it is valid exactly for
+        this tokenizer. Where its training text was cached and how many threads trained it are left
+        out, so the same vocabulary trained again from a text cached elsewhere (another run, the
+        data's files touched) is the same tokenizer, for ensembles, shortlists and exports alike."""
+        h = hashlib.sha1(_encoding_spec(self._protos[0]))
+        h.update(_encoding_spec(self._protos[1]) if self._protos[1] else b"joint")
         return h.hexdigest()[:12]
 
     def encode_src(self, texts: list[str]) -> list[list[int]]:
@@ -121,6 +126,16 @@ def _check_special_ids(sp: spm.SentencePieceProcessor) -> None:
     found = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
     if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
         raise NMTError(f"SentencePiece model has special ids pad/unk/bos/eos = {found}, expected 0/1/2/3")
+
+
+def _encoding_spec(proto: bytes) -> bytes:
+    """A SentencePiece model proto without the trainer settings that describe the training run, not
+    the encoding (the input paths, threads, the output prefix)."""
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    for name in ("input", "input_format", "model_prefix", "num_threads"):
+        model.trainer_spec.ClearField(name)
+    return model.SerializeToString(deterministic=True)
 
 
 def _threads() -> int:

@@ -163,15 +163,16 @@ class Translator:
         return [seq[: self.max_source] for seq in ids]
 
     def encode_targets(
-        self, lines: Sequence[str], first_line: int = 1, what: str = "translation"
+        self, lines: Sequence[str], first_line: int = 1, what: str = "translation", item: str | None = None
     ) -> list[list[int]]:
         """Target ids of given text (translations to score, prefixes to force), without EOS. Text with
-        more subwords than the model can emit is refused in one line naming the input line."""
+        more subwords than the model can emit is refused in one line naming the input line (or, with
+        ``item``, the element ``item[i]`` of a request's list)."""
         ids = self.tokenizer.encode_tgt([line.strip() for line in lines])
         for i, seq in enumerate(ids):
             if len(seq) > self.max_source:
                 raise NMTError(
-                    f"line {first_line + i}: the {what} has {len(seq)} subwords; "
+                    f"{where(i, first_line, item)}: the {what} has {len(seq)} subwords; "
                     f"the model emits at most {self.max_source}"
                 )
         return ids
@@ -182,19 +183,20 @@ class Translator:
         prefixes: Sequence[str],
         decoding: DecodingConfig,
         first_line: int = 1,
+        item: str | None = None,
     ) -> list[list[int]]:
         """The target prefix of each encoded source ("" = none) as target subwords without EOS, so that
         the search continues the text rather than ends it. A prefix longer than the source's output
-        budget is refused in one line naming the input line."""
+        budget is refused in one line naming the input line (or ``item[i]``, as ``encode_targets``)."""
         if len(prefixes) != len(ids):
             raise NMTError(f"{len(prefixes)} target prefixes for {len(ids)} sources: give one per source")
-        out = self.encode_targets(prefixes, first_line, "target prefix")
+        out = self.encode_targets(prefixes, first_line, "target prefix", item)
         for i, (source, prefix) in enumerate(zip(ids, out)):
             budget = length_budget(len(source) + 1, decoding.max_len_a, decoding.max_len_b, self.max_source)
             if len(prefix) > budget:
                 raise NMTError(
-                    f"line {first_line + i}: the target prefix has {len(prefix)} subwords, more than the "
-                    f"{budget} the output may have (decoding.max_len_a * (source subwords + 1) + "
+                    f"{where(i, first_line, item)}: the target prefix has {len(prefix)} subwords, more "
+                    f"than the {budget} the output may have (decoding.max_len_a * (source subwords + 1) + "
                     "decoding.max_len_b)"
                 )
         return out
@@ -442,3 +444,8 @@ def _lines(source: BinaryIO, interactive: bool, name: str) -> Iterator[str]:
 def _write(target: TextIO, lines: list[str]) -> None:
     target.write("".join(line + "\n" for line in lines))
     target.flush()
+
+
+def where(i: int, first_line: int, item: str | None) -> str:
+    """How a refusal names the i-th text of a batch: the line of an input file, or a request's ``item[i]``."""
+    return f"line {first_line + i}" if item is None else f"{item}[{i}]"

@@ -86,6 +86,14 @@ def test_bad_requests_get_a_4xx_naming_the_field(client, path, payload, status, 
     response = client.post(path, json=payload)
     assert response.status_code == status, response.text
     assert response.json()["field"] == field and response.json()["error"].startswith(field)
+    assert "line" not in response.json()["error"]  # a request has no lines: its lists have elements
+
+
+def test_a_refused_prefix_or_target_is_named_by_its_place_in_the_request(client):
+    body = client.post("/translate", json={"text": ["a", "ka"], "prefix": ["", "x " * 30]}).json()
+    assert body["error"].startswith("prefix: prefix[1]: the target prefix has ")
+    body = client.post("/score", json={"text": ["a", "b"], "target": ["x", "x " * 70]}).json()
+    assert body["error"].startswith("target: target[1]: the translation has ")
 
 
 def test_score_refuses_a_body_that_is_not_json(client):

@@ -150,7 +150,7 @@ def create_app(
             prefixes = None
             if parsed.prefix is not None:
                 try:
-                    prefixes = translator.encode_prefixes(ids, parsed.prefix, decoding)
+                    prefixes = translator.encode_prefixes(ids, parsed.prefix, decoding, item="prefix")
                 except NMTError as e:
                     raise BadRequest(422, "prefix", str(e)) from None
             asked = set(parsed.model_fields_set)
@@ -242,7 +242,7 @@ def create_app(
                 )
             ids = translator.encode(parsed.text)
             try:
-                targets = translator.encode_targets(parsed.target)
+                targets = translator.encode_targets(parsed.target, item="target")
             except NMTError as e:
                 raise BadRequest(422, "target", str(e)) from None
         except BadRequest as e:
