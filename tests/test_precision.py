@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import nmt.devices
+import nmt.models
 import nmt.training.precision
 from nmt.config import TrainConfig
 from nmt.data import collate
@@ -231,24 +232,41 @@ def test_the_probe_takes_turns_and_is_measured_once_per_machine_and_model(monkey
 def test_set_up_probes_on_avx512_bf16_alone_and_trains_as_without_the_probe(
     toy_config, tmp_path, cpu_bf16, monkeypatch
 ):
-    """The probe runs the model's forward and backward in both precisions (timed here by a fake that
-    says bf16 is 1.5x as fast) and leaves no gradient and no change of the random state behind: the
-    run starts as one with trainer.precision=bf16 does."""
+    """The probe runs the model's forward and backward in both precisions on the run's first training
+    batches, each batch in both (timed here by a fake that says bf16 is 1.5x as fast), and leaves no
+    gradient, no change of the random state and no step of the run's sampler behind: the run starts as
+    one with trainer.precision=bf16 does."""
     cpu_bf16("avx512_bf16")
-    ran: list[str] = []
+    ran: list[tuple[str, tuple[int, ...]]] = []
+    forward = nmt.models.Transformer.forward  # experiment=toy
+
+    def recording_forward(model, src, *args, **kwargs):
+        ran.append(
+            (torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else "fp32", src.shape)
+        )
+        return forward(model, src, *args, **kwargs)
 
     def probe(update, key, cache, pairs=8):
-        for precision in ("fp32", "bf16"):
+        for precision in ("fp32", "bf16", "fp32", "bf16"):
             update(precision)
-            ran.append(precision)
         assert key["threads"] == torch.get_num_threads() and key["model"]["d_model"] == 32
         return 1.5, f"faked, cache {cache.name}"
 
     monkeypatch.setattr(nmt.training.precision, "probe_bf16_speedup", probe)
+    monkeypatch.setattr(nmt.models.Transformer, "forward", recording_forward)
     probed = set_up(toy_config("trainer.device=cpu"), tmp_path / "a")
+    monkeypatch.setattr(nmt.models.Transformer, "forward", forward)
     probed.monitor.close({})
     after_probe = torch.get_rng_state()
-    assert probed.precision == "bf16" and ran == ["fp32", "bf16"]
+    assert probed.precision == "bf16" and probed.sampler.position == 0
+    split, positions = probed.data.splits["train"], probed.cfg.model.max_positions
+    first_two = [
+        collate(split, indices, positions).src.shape for indices in itertools.islice(probed.sampler, 2)
+    ]
+    probed.sampler.set_epoch(0)
+    probed.sampler.position = 0
+    assert [r[0] for r in ran] == ["fp32", torch.bfloat16] * 2
+    assert [r[1] for r in ran] == [first_two[0]] * 2 + [first_two[1]] * 2  # the run's batches, each in both
     assert all(p.grad is None for p in probed.model.parameters())
     fixed = set_up(toy_config("trainer.device=cpu", "trainer.precision=bf16"), tmp_path / "b")
     fixed.monitor.close({})

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict
+from itertools import islice
 from pathlib import Path
 
 import torch
 
 from nmt.config import TrainConfig
+from nmt.data import Batch, PreparedData, TokenBatchSampler, clipped_lengths, collate
 from nmt.devices import autocast, machine_key, probe_bf16_speedup
 from nmt.models import Seq2Seq
 from nmt.special import PAD_ID
@@ -17,33 +19,37 @@ from nmt.training.distributed import Dist, broadcast_object
 from nmt.training.loss import label_smoothed_nll
 
 PROBE_CACHE = "precision_probe.json"  # in data.cache_dir, beside the prepared corpora
-PROBE_LENGTH = 16  # subwords per side of the probe's sentence pairs, about a Multi30k sentence
+PROBE_BATCHES = 8  # training batches the probe cycles through: their shapes vary as training's do
 
 
 def bf16_probe(
-    cfg: TrainConfig, model: Seq2Seq, device: torch.device, dist: Dist
+    cfg: TrainConfig, model: Seq2Seq, data: PreparedData, device: torch.device, dist: Dist
 ) -> Callable[[], tuple[float, str]]:
     """What resolve_precision calls to learn bf16's speed over fp32 (and where the figure comes from):
-    forward and backward passes of ``model`` on a batch of ``trainer.max_tokens`` tokens, timed on rank
-    0 (or read from its cache) and shared with every rank. The model's gradients and the random state
-    are left as they were, so the run trains as it would have without the probe."""
-    src_vocab, tgt_vocab = model.vocab_sizes["src"], model.vocab_sizes["tgt"]
-    pairs = max(1, cfg.trainer.max_tokens // (2 * PROBE_LENGTH))
+    forward and backward passes of ``model`` on batches of the training data as the run's sampler cuts
+    them (their own draw: the run's sampler is not moved), timed on rank 0 (or read from its cache) and
+    shared with every rank. Real batches, not one made-up shape: bf16's gain depends on the matrix
+    sizes, which the corpus's sentence lengths and the token budget set. The model's gradients and the
+    random state are left as they were, so the run trains as it would have without the probe."""
     key = {
         **machine_key(),
         "model": asdict(cfg.model),
-        "vocab": [src_vocab, tgt_vocab],
+        "vocab": [model.vocab_sizes["src"], model.vocab_sizes["tgt"]],
         "max_tokens": cfg.trainer.max_tokens,
+        "data": data.root.name,  # the corpus whose batches are timed
     }
+    batches: list[Batch] = []
+    calls = [0]
 
     def update(precision: str) -> None:
-        generator = torch.Generator().manual_seed(0)
-        src = torch.randint(4, src_vocab, (pairs, PROBE_LENGTH), generator=generator).to(device)
-        tgt = torch.randint(4, tgt_vocab, (pairs, PROBE_LENGTH + 1), generator=generator).to(device)
-        keep = tgt[:, 1:].ne(PAD_ID)
+        if not batches:
+            batches.extend(probe_batches(cfg, data, device))
+        batch = batches[calls[0] // 2 % len(batches)]  # both precisions of a pair time the same batch
+        calls[0] += 1
+        keep = batch.tgt_out.ne(PAD_ID)
         with autocast(device, precision):
-            logits = model(src, tgt[:, :-1], keep)
-            loss, _ = label_smoothed_nll(logits, tgt[:, 1:][keep], cfg.optim.label_smoothing)
+            logits = model(batch.src, batch.tgt_in, keep)
+            loss, _ = label_smoothed_nll(logits, batch.tgt_out[keep], cfg.optim.label_smoothing)
         loss.backward()
 
     def speedup() -> tuple[float, str]:
@@ -55,3 +61,12 @@ def bf16_probe(
         return broadcast_object(result, dist)
 
     return speedup
+
+
+def probe_batches(cfg: TrainConfig, data: PreparedData, device: torch.device) -> list[Batch]:
+    """The first training batches of a sampler like the run's (same lengths, budget and seed)."""
+    split = data.train_segmentations[0]
+    src, tgt = clipped_lengths(split, cfg.model.max_positions)
+    sampler = TokenBatchSampler(src, tgt, cfg.trainer.max_tokens, shuffle=True, seed=cfg.seed)
+    first = islice(sampler, PROBE_BATCHES)
+    return [collate(split, indices, cfg.model.max_positions).to(device) for indices in first]

@@ -78,7 +78,7 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).to(device)
     seed_everything(rank_seed(cfg.seed, dist.rank))  # same initial weights, different dropout per rank
     optimizer = make_optimizer(model, cfg)
-    probe, min_speedup = bf16_probe(cfg, model, device, dist), cfg.trainer.cpu_bf16_min_speedup
+    probe, min_speedup = bf16_probe(cfg, model, data, device, dist), cfg.trainer.cpu_bf16_min_speedup
     precision, why = resolve_precision(cfg.trainer.precision, device, probe, min_speedup)
     budget = Budget.from_config(cfg.trainer, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
