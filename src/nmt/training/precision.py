@@ -13,6 +13,7 @@ import torch
 from nmt.config import TrainConfig
 from nmt.data import Batch, PreparedData, TokenBatchSampler, clipped_lengths, collate
 from nmt.devices import autocast, machine_key, probe_bf16_speedup
+from nmt.errors import NMTError
 from nmt.models import Seq2Seq
 from nmt.special import PAD_ID
 from nmt.training.distributed import Dist, broadcast_object
@@ -44,6 +45,10 @@ def bf16_probe(
     def update(precision: str) -> None:
         if not batches:
             batches.extend(probe_batches(cfg, data, device))
+            if not batches:
+                raise NMTError(
+                    f"trainer.precision=auto: the training split of {data.root} has no batch to time"
+                )
         batch = batches[calls[0] // 2 % len(batches)]  # both precisions of a pair time the same batch
         calls[0] += 1
         keep = batch.tgt_out.ne(PAD_ID)
