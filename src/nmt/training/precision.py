@@ -3,6 +3,7 @@ bf16 is faster or slower than fp32 depending on the model, the threads and the C
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import asdict
 from itertools import islice
@@ -11,7 +12,7 @@ from pathlib import Path
 import torch
 
 from nmt.config import TrainConfig
-from nmt.data import Batch, PreparedData, TokenBatchSampler, clipped_lengths, collate
+from nmt.data import Batch, PreparedData, TokenBatchSampler, collate
 from nmt.devices import autocast, machine_key, probe_bf16_speedup
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
@@ -24,11 +25,16 @@ PROBE_BATCHES = 8  # training batches the probe cycles through: their shapes var
 
 
 def bf16_probe(
-    cfg: TrainConfig, model: Seq2Seq, data: PreparedData, device: torch.device, dist: Dist
+    cfg: TrainConfig,
+    model: Seq2Seq,
+    data: PreparedData,
+    sampler: TokenBatchSampler,
+    device: torch.device,
+    dist: Dist,
 ) -> Callable[[], tuple[float, str]]:
     """What resolve_precision calls to learn bf16's speed over fp32 (and where the figure comes from):
-    forward and backward passes of ``model`` on batches of the training data as the run's sampler cuts
-    them (their own draw: the run's sampler is not moved), timed on rank 0 (or read from its cache) and
+    forward and backward passes of ``model`` on the run's first training batches (drawn from a copy of
+    its ``sampler``, which is not moved), timed on rank 0 (or read from its cache) and
     shared with every rank. Real batches, not one made-up shape: bf16's gain depends on the matrix
     sizes, which the corpus's sentence lengths and the token budget set. The model's gradients and the
     random state are left as they were, so the run trains as it would have without the probe."""
@@ -44,7 +50,7 @@ def bf16_probe(
 
     def update(precision: str) -> None:
         if not batches:
-            batches.extend(probe_batches(cfg, data, device))
+            batches.extend(probe_batches(sampler, data, cfg.model.max_positions, device))
             if not batches:
                 raise NMTError(
                     f"trainer.precision=auto: the training split of {data.root} has no batch to time"
@@ -68,10 +74,10 @@ def bf16_probe(
     return speedup
 
 
-def probe_batches(cfg: TrainConfig, data: PreparedData, device: torch.device) -> list[Batch]:
-    """The first training batches of a sampler like the run's (same lengths, budget and seed)."""
-    split = data.train_segmentations[0]
-    src, tgt = clipped_lengths(split, cfg.model.max_positions)
-    sampler = TokenBatchSampler(src, tgt, cfg.trainer.max_tokens, shuffle=True, seed=cfg.seed)
-    first = islice(sampler, PROBE_BATCHES)
-    return [collate(split, indices, cfg.model.max_positions).to(device) for indices in first]
+def probe_batches(
+    sampler: TokenBatchSampler, data: PreparedData, max_positions: int, device: torch.device
+) -> list[Batch]:
+    """The first batches of the run's first epoch, from a copy of its (not yet restored) sampler."""
+    first = islice(copy.deepcopy(sampler), PROBE_BATCHES)
+    split = data.train_segmentations[0]  # epoch 0's segmentation
+    return [collate(split, indices, max_positions).to(device) for indices in first]

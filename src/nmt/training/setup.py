@@ -78,10 +78,6 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).to(device)
     seed_everything(rank_seed(cfg.seed, dist.rank))  # same initial weights, different dropout per rank
     optimizer = make_optimizer(model, cfg)
-    probe, min_speedup = bf16_probe(cfg, model, data, device, dist), cfg.trainer.cpu_bf16_min_speedup
-    precision, why = resolve_precision(cfg.trainer.precision, device, probe, min_speedup)
-    budget = Budget.from_config(cfg.trainer, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     lengths = [clipped_lengths(split, cfg.model.max_positions) for split in data.train_segmentations]
     sampler = TokenBatchSampler(
         np.stack([src for src, _ in lengths]),
@@ -92,6 +88,10 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         rank=dist.rank,
         world_size=dist.world_size,
     )
+    probe, min_speedup = bf16_probe(cfg, model, data, sampler, device, dist), cfg.trainer.cpu_bf16_min_speedup
+    precision, why = resolve_precision(cfg.trainer.precision, device, probe, min_speedup)
+    budget = Budget.from_config(cfg.trainer, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     progress = Progress()
     ckpt_dir = run_dir / "checkpoints"
     resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
