@@ -110,11 +110,21 @@ def checkpoint(model_cfg, tokenizer_state: dict, model_state: dict | None = None
 
 
 @pytest.mark.parametrize("norm_first", [True, False], ids=["pre-norm", "post-norm"])
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+@pytest.mark.parametrize(
+    "positional, kv_heads",
+    [("sinusoidal", 0), ("learned", 0), ("rope", 0), ("sinusoidal", 2), ("rope", 1)],
+    ids=["sinusoidal", "learned", "rope", "gqa", "rope-mqa"],
+)
 @pytest.mark.parametrize("vocab", ["joint-tied", "joint-untied", "separate"])
-def test_exported_model_scores_like_pytorch(spm_models, tmp_path, norm_first, positional, vocab):
+def test_exported_model_scores_like_pytorch(spm_models, tmp_path, norm_first, positional, kv_heads, vocab):
     tokenizer = spm_models["separate" if vocab == "separate" else "joint"]
-    cfg = replace(TINY, norm_first=norm_first, positional=positional, share_embeddings=vocab == "joint-tied")
+    cfg = replace(
+        TINY,
+        norm_first=norm_first,
+        positional=positional,
+        kv_heads=kv_heads,
+        share_embeddings=vocab == "joint-tied",
+    )
     model = random_model(cfg, tokenizer)
     backend = CT2Backend(
         export_model(model, tokenizer, tmp_path / "ct2"), tokenizer, inter_threads=1, intra_threads=1
@@ -376,11 +386,9 @@ def test_ct2_length_penalty_grows_like_gnmt_at_the_given_length():
     [
         replace(TINY, cross_attention="additive"),
         replace(TINY, self_attention="additive"),
-        replace(TINY, positional="rope"),
-        replace(TINY, kv_heads=1),
         RNNSearchConfig(embed_dim=8, hidden_size=8, attention_dim=8, readout_dim=4),
     ],
-    ids=["additive-cross", "additive-self", "rope", "mqa", "rnnsearch"],
+    ids=["additive-cross", "additive-self", "rnnsearch"],
 )
 def test_unexportable_models_are_refused_before_loading(tmp_path, model_cfg):
     # Neither weights nor tokenizer are valid: the refusal must come first, from the config alone.

@@ -6,7 +6,9 @@ model to compute exactly what ours computes:
 
 - positions: CTranslate2's built-in sinusoidal table is not ours (all sines, then all cosines, with
   timescales 10000 ** (i / (d/2 - 1)); ours interleaves them with 10000 ** (2i / d)), so the model's
-  own table, sinusoidal or learned, is exported: row 0 for the first source token and for BOS;
+  own table, sinusoidal or learned, is exported: row 0 for the first source token and for BOS. RoPE
+  has no table: CTranslate2 rotates the self-attention's queries and keys itself (the two halves of
+  each head, as ``nmt.models.attention.rotary``, hence ``rotary_interleave=False``);
 - embeddings are scaled by sqrt(d_model) before the positions are added (``scale_embeddings``);
 - layer norms: PyTorch's epsilon (1e-5) is written to ``config.json``; pre-norm stacks end with a
   norm, post-norm ones do not (``no_final_norm`` is implied by ``pre_norm=False``);
@@ -65,16 +67,6 @@ def check_exportable(cfg: ModelConfig) -> None:
                 f"model.{key}={getattr(cfg, key)!r} cannot be exported to CTranslate2: it has no spec for "
                 "additive attention (only dot_product)"
             )
-    if cfg.positional not in ("sinusoidal", "learned"):
-        raise NMTError(
-            f"model.positional={cfg.positional!r} cannot be exported to CTranslate2: its encoder-decoder "
-            "spec has sinusoidal or learned positions only"
-        )
-    if cfg.kv_heads not in (0, cfg.heads):
-        raise NMTError(
-            f"model.kv_heads={cfg.kv_heads} cannot be exported to CTranslate2: its encoder-decoder spec "
-            "has no grouped-query attention (kv_heads must equal model.heads)"
-        )
 
 
 def check_quantization(quantization: str) -> None:
@@ -127,10 +119,14 @@ def _feed_forward(spec, layer: EncoderLayer | DecoderLayer) -> None:
 
 
 def _inputs(spec, embed) -> None:
-    """Token embeddings and the model's own position table (learned or sinusoidal)."""
+    """Token embeddings and the model's own position table (learned or sinusoidal; none with RoPE)."""
     spec_embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     spec_embeddings.weight = _array(embed.tokens.weight)
     spec.scale_embeddings = True  # sqrt(d_model), as nmt.models.transformer.Embedding
+    if embed.kind == "rope":
+        if hasattr(spec, "position_encodings"):  # the encoder spec always declares a table
+            del spec.position_encodings
+        return
     table = embed.positions.weight if embed.kind == "learned" else embed.table
     spec.position_encodings.encodings = _array(table)
 
@@ -142,8 +138,21 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
 
     cfg = model.cfg
     check_exportable(cfg)
-    spec = transformer_spec.TransformerSpec.from_config(
-        (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.norm_first
+    # kv_heads holds for self- and cross-attention in both models; RoPE is in self-attention only in both.
+    shared = {"num_heads_kv": cfg.kv_heads or None}
+    if cfg.positional == "rope":
+        shared |= {
+            "rotary_dim": cfg.d_model // cfg.heads,
+            "rotary_interleave": False,
+            "rotary_base": cfg.rope_base,
+        }
+    spec = transformer_spec.TransformerSpec(
+        transformer_spec.TransformerEncoderSpec(
+            cfg.encoder_layers, cfg.heads, pre_norm=cfg.norm_first, **shared
+        ),
+        transformer_spec.TransformerDecoderSpec(
+            cfg.decoder_layers, cfg.heads, pre_norm=cfg.norm_first, **shared
+        ),
     )
     _inputs(spec.encoder, model.src_embed)
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder):
