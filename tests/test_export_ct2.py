@@ -177,10 +177,14 @@ def test_quantized_export_leaves_the_model_alone(spm_models, tmp_path):
 # ------------------------------------------------------------------------------------ the backend
 
 
-def test_greedy_decoding_of_a_random_model_matches(spm_models, tmp_path):
-    """A random model runs every sentence to its length budget: the cut-and-rescore path."""
+@pytest.mark.parametrize(
+    "model_cfg", [TINY, replace(TINY, positional="rope", kv_heads=2)], ids=["base", "rope-gqa"]
+)
+def test_greedy_decoding_of_a_random_model_matches(spm_models, tmp_path, model_cfg):
+    """A random model runs every sentence to its length budget: the cut-and-rescore path. With RoPE, each
+    incremental step must rotate by its true position in both libraries."""
     tokenizer = spm_models["joint"]
-    model = random_model(TINY, tokenizer)
+    model = random_model(model_cfg, tokenizer)
     backend = CT2Backend(
         export_model(model, tokenizer, tmp_path / "ct2"), tokenizer, inter_threads=1, intra_threads=1
     )
