@@ -40,17 +40,26 @@ from nmt.errors import NMTError
 SDPA_GQA = torch.__version__ >= "2.5"
 
 
+def rotary_angles(positions: Tensor, dim: int, base: float) -> tuple[Tensor, Tensor]:
+    """cos and sin (len, dim/2) of the RoPE angles position * base^(-2i/dim) at ``positions`` (len,),
+    in fp32: bf16 angles of late positions would be far off."""
+    inv_freq = base ** (-torch.arange(0, dim, 2, device=positions.device, dtype=torch.float32) / dim)
+    angles = positions.to(torch.float32)[:, None] * inv_freq
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate the feature pairs (i, i + dim/2) of ``x`` (batch, heads, len, dim) by the angles whose
+    ``cos`` and ``sin`` (len, dim/2) are given; computed in fp32, returned in the dtype of ``x``."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
 def rotary(x: Tensor, positions: Tensor, base: float) -> Tensor:
     """RoPE (Su et al., 2021): rotate the feature pairs (i, i + dim/2) of ``x`` (batch, heads, len, dim)
     at ``positions`` (len,) by the angles position * base^(-2i/dim). The dot product of a rotated query
-    and a rotated key then depends on their positions only through the difference. Computed in fp32,
-    since bf16 angles of late positions would be far off, and returned in the dtype of ``x``."""
-    dim = x.size(-1)
-    inv_freq = base ** (-torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim)
-    angles = positions.to(x.device, torch.float32)[:, None] * inv_freq  # (len, dim/2)
-    cos, sin = angles.cos(), angles.sin()
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+    and a rotated key then depends on their positions only through the difference."""
+    return rotate(x, *rotary_angles(positions.to(x.device), x.size(-1), base))
 
 
 class Attention(nn.Module):
@@ -64,6 +73,8 @@ class Attention(nn.Module):
     ``rope_base`` (self-attention only) rotates queries and keys by their positions before scoring
     (:func:`rotary`); positions continue after the keys already in the cache, so an incremental
     decoding step rotates its query and key by their true position, and the cache keeps rotated keys.
+    The angles of the first ``rope_positions`` positions are computed once (a decoding step would
+    otherwise spend a dozen small operations per layer on them); later ones when needed.
     """
 
     def __init__(
@@ -75,6 +86,7 @@ class Attention(nn.Module):
         score_dim: int | None = None,
         kv_heads: int = 0,
         rope_base: float | None = None,
+        rope_positions: int = 0,
     ):
         super().__init__()
         kv_heads = kv_heads or heads  # the shape rules: nmt.config.check_model
@@ -86,6 +98,17 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d_model, kv_heads * self.score_dim)
         self.v_proj = nn.Linear(d_model, kv_heads * self.head_dim)
         self.out_proj = nn.Linear(d_model, d_model)
+        if rope_base is not None:  # fp32 tables that move with the module, not saved in checkpoints
+            cos, sin = rotary_angles(torch.arange(rope_positions), self.score_dim, rope_base)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+
+    def rotate(self, x: Tensor, offset: int) -> Tensor:
+        """RoPE on ``x`` (batch, heads, len, dim) at the positions from ``offset`` on."""
+        end = offset + x.size(2)
+        if end > self.rope_cos.size(0):
+            return rotary(x, torch.arange(offset, end), self.rope_base)
+        return rotate(x, self.rope_cos[offset:end].float(), self.rope_sin[offset:end].float())
 
     def forward(
         self,
@@ -104,7 +127,7 @@ class Attention(nn.Module):
         # Positions of the new queries (and, in self-attention, keys) start after the cached keys.
         offset = cache["k"].size(2) if cache is not None and not self.cross and "k" in cache else 0
         if self.rope_base is not None:
-            q = rotary(q, torch.arange(offset, offset + q.size(2), device=q.device), self.rope_base)
+            q = self.rotate(q, offset)
         k, v = self._keys_values(k, v, cache, offset)
         # With a self-attention cache the single new query may see every cached key: no causal mask.
         causal = causal and not (cache is not None and query.size(1) == 1)
@@ -145,7 +168,7 @@ class Attention(nn.Module):
             return cache["k"], cache["v"]
         k, v = self._split(key, self.kv_heads), self._split(value, self.kv_heads)
         if self.rope_base is not None:
-            k = rotary(k, torch.arange(offset, offset + k.size(2), device=k.device), self.rope_base)
+            k = self.rotate(k, offset)
         if cache is not None:
             if not self.cross and "k" in cache:
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)

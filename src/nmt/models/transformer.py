@@ -120,7 +120,7 @@ def _attention(kind: str, cfg: TransformerConfig, cross: bool) -> nn.Module:
     if kind == "additive":
         extra |= {"score_dim": cfg.additive_dim or None, "chunk": cfg.additive_chunk}
     if cfg.positional == "rope" and not cross:
-        extra["rope_base"] = cfg.rope_base
+        extra |= {"rope_base": cfg.rope_base, "rope_positions": cfg.max_positions}
     return build_attention(kind, cfg.d_model, cfg.heads, cfg.attention_dropout, cross, **extra)
 
 
