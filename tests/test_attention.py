@@ -181,6 +181,15 @@ def test_rope_self_attention_rotates_by_the_positions_after_the_cache():
         assert cache["k"].shape == (2, 2, shift + 5, 4)
 
 
+def test_rope_angles_are_tabled_once_and_positions_past_the_table_still_rotate():
+    attn = DotProductAttention(16, 4, dropout=0.0, cross=False, rope_base=10000.0, rope_positions=8)
+    assert attn.rope_cos.shape == (8, 2) and "rope_cos" not in attn.state_dict()  # not in checkpoints
+    x = torch.randn(2, 4, 3, 4, generator=torch.Generator().manual_seed(0))
+    for offset in (0, 5, 6, 20):  # inside the table, ending at its end, crossing it, past it
+        expected = rotary(x, torch.arange(offset, offset + 3), 10000.0)
+        torch.testing.assert_close(attn.rotate(x, offset), expected, rtol=0, atol=1e-6)
+
+
 # ---------------------------------------------------------- grouped-query and multi-query attention
 @pytest.mark.parametrize("kind", [DotProductAttention, AdditiveAttention])
 @pytest.mark.parametrize("need_weights", [False, True])  # fused SDPA or the explicit softmax

@@ -329,7 +329,7 @@ def test_beam_search_keeps_one_copy_of_the_cross_attention_keys_per_sentence(mod
     reordered = model.reorder(state, torch.arange(batch * k).flip(0))
     assert reordered["sentence"]["cross"][0]["k"] is cross  # beams moved: the sentences did not
     rows = torch.tensor([4, 5, 6, 7, 0, 1, 2, 3])  # sentences 1 and 0 stay, in that order
-    left = model.reorder(select_sentences(state, torch.tensor([1, 0]) * k, beams=k), rows)
+    left = model.reorder(select_sentences(state, torch.tensor([1, 0]), beams=k), rows)
     assert left["sentence"].beams == k and torch.equal(left["sentence"]["cross"][0]["k"], cross[[1, 0]])
     assert torch.equal(left["self"][0]["k"], state["self"][0]["k"][rows])
 

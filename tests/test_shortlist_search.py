@@ -1,6 +1,6 @@
-"""Greedy and beam search over a vocabulary shortlist: the model scores each sentence's own candidates
-(so batching never changes a translation), a shortlist of the whole vocabulary changes nothing, and the
-Translator reads ``decoding.shortlist`` once."""
+"""Greedy and beam search over a vocabulary shortlist: the model scores the union of a batch's
+candidates, each sentence only its own (so batching never changes a translation), a shortlist of the
+whole vocabulary changes nothing, and the Translator reads ``decoding.shortlist`` once."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from test_translator import DE, EN, write_checkpoint
 from nmt import backends
 from nmt.config import DecodingConfig, DecodingOverrides, check_decoding
 from nmt.decoding import pad_batch, translate_ids
-from nmt.decoding.common import BatchVocab
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
 from nmt.models.base import OutputVocab
@@ -115,26 +114,8 @@ def test_the_step_scores_the_candidates_in_id_order():
     ids = torch.tensor([0, 1, 2, 3, 7, 11, 19])
     state = model.init_state(model.encode(src))
     full, _ = model.step(torch.full((3,), BOS_ID), state)
-    vocab = OutputVocab(ids.expand(3, -1), None, 1)
-    restricted, _ = model.step(torch.full((3,), BOS_ID), model.restrict_output(state, vocab))
+    restricted, _ = model.step(torch.full((3,), BOS_ID), model.restrict_output(state, OutputVocab(ids, None)))
     torch.testing.assert_close(restricted, full[:, ids].log_softmax(dim=-1), rtol=0, atol=1e-6)
-
-
-def test_each_sentence_is_scored_over_its_own_candidates_not_the_batchs(sources):
-    """The step's columns are a sentence's candidates, ascending, then padding at -inf: a batch costs
-    the most candidates of one sentence, not the union of all."""
-    shortlist, src = narrow(), pad_batch(sources, "cpu")
-    vocab = BatchVocab.of(shortlist, src, None, VOCAB)
-    own = [sorted(own_candidates(shortlist, s)) for s in sources]
-    assert vocab.ids.size(1) == max(map(len, own)) < len(set().union(*own))
-    assert vocab.pad is not None
-    for ids, pad, candidates in zip(vocab.ids.tolist(), vocab.pad.tolist(), own):
-        assert ids[: len(candidates)] == candidates and pad == [i >= len(candidates) for i in range(len(ids))]
-    model = untrained("transformer")
-    state = model.restrict_output(model.init_state(model.encode(src)), vocab.rows(1))
-    log_probs, _ = model.step(torch.full((len(sources),), BOS_ID), state)
-    assert torch.equal(log_probs.isneginf(), vocab.pad)
-    torch.testing.assert_close(log_probs.exp().sum(dim=1), torch.ones(len(sources)))
 
 
 # --------------------------------------------------------------------------- only the candidates

@@ -7,8 +7,8 @@ A shortlist holds, for every source subword, its ``k`` likeliest target subwords
 sentence. The likelihood is p(t | s) from sentence-level co-occurrence in the training corpus: the
 share of the training pairs whose source holds s that also hold t in the target. The frequent
 subwords are candidates anyway, so the k places of a source subword go to other target subwords.
-A sentence's candidates (:meth:`Shortlist.select`) always hold the four special ids, so their
-positions in its sorted candidate list are their ids, 0 to 3.
+The candidates of a batch are the union of its sentences' candidates (:meth:`Shortlist.select`): all
+four special ids are in, so their positions in the sorted candidate list are their ids, 0 to 3.
 
 Stored as JSON (``shortlist.k{k}.n{frequent}.json`` beside the checkpoint) with a format version and
 the tokenizer's fingerprint, both checked when loaded; :func:`write_vmap` writes the same shortlist
@@ -53,8 +53,8 @@ class Shortlist:
     pairs: int  # training pairs the statistics come from
 
     def select(self, sources: Iterable[Sequence[int]]) -> list[int]:
-        """The sorted union of the candidates of every token of ``sources`` and ``always``: for one
-        source, the target ids its sentence is decoded over."""
+        """The sorted union of the candidates of every token of ``sources`` and ``always``: the target
+        ids a batch of these sources is decoded over."""
         chosen = set(self.always)
         for source in sources:
             for token in set(source):
@@ -64,7 +64,7 @@ class Shortlist:
     @cached_property
     def table(self) -> torch.Tensor:
         """(source vocabulary, longest candidate list) target ids: row s holds ``candidates[s]``, padded
-        with PAD (a special id, a candidate of every sentence anyway); search gathers its batches' rows."""
+        with PAD (a special id, a candidate of every batch anyway); search gathers its batches' rows."""
         width = max(1, max(map(len, self.candidates), default=0))
         table = torch.full((len(self.candidates), width), PAD_ID, dtype=torch.long)
         for s, targets in enumerate(self.candidates):
@@ -200,7 +200,7 @@ class Coverage:
     how much of its reference that holds (a reference subword outside cannot be produced)."""
 
     sentences: int
-    mean_candidates: float  # target ids per sentence (what each sentence is decoded over)
+    mean_candidates: float  # target ids per sentence (a batch decodes over the union of its sentences')
     covered: float  # share of the reference subwords among their sentence's candidates
 
 

@@ -24,9 +24,9 @@ A target prefix leaves each step one finite candidate per sentence, its next tok
 are dummies): the search goes through the prefix as a single beam, at the model's log-probabilities,
 then branches out as from the start.
 
-With a vocabulary shortlist, the model scores each sentence's own candidates
-(:class:`~nmt.decoding.common.BatchVocab`) for its beams; :func:`extend` maps the chosen columns
-back to target ids, which is what the beams hold.
+With a vocabulary shortlist, the model scores the union of the batch's candidates
+(:class:`~nmt.decoding.common.BatchVocab`), each beam over its sentence's own; :func:`extend` maps the
+chosen positions back to target ids, which is what the beams hold.
 """
 
 from __future__ import annotations
@@ -92,12 +92,12 @@ class Candidates:
 
 def extend(log_probs: Tensor, scores: Tensor, ids: Tensor | None = None) -> Candidates:
     """Every (beam, token) extension of a sentence's beams, scored; the 2k best of each sentence. With
-    a shortlist, column j of ``log_probs`` is target id ``ids[sentence, j]`` (ids: (n, columns))."""
+    a shortlist, column j of ``log_probs`` is target id ``ids[j]``."""
     (n, k), vocab = scores.shape, log_probs.size(-1)
     total = log_probs.view(n, k, vocab).add_(scores[:, :, None]).view(n, k * vocab)  # no new buffer
     top_scores, top_ids = total.topk(min(2 * k, k * vocab), dim=1)
     tokens = top_ids % vocab
-    return Candidates(top_scores, top_ids // vocab, tokens if ids is None else ids.gather(1, tokens))
+    return Candidates(top_scores, top_ids // vocab, tokens if ids is None else ids[tokens])
 
 
 @dataclass
@@ -178,9 +178,9 @@ class Finished:
 
 
 def reorder(model: Seq2Seq, state: State, beam_rows: Tensor, sentences: Tensor | None, k: int) -> State:
-    """The model's state for the new beams: the per-sentence parts keep the sentences of the hypothesis
-    rows ``sentences`` (when given), each shared by k beams, and ``model.reorder`` moves the beams. With
-    k = 1 every row is a sentence of its own: ``model.reorder`` alone moves all of it."""
+    """The model's state for the new beams: the per-sentence part keeps the rows ``sentences`` (when
+    given), each shared by k beams, and ``model.reorder`` moves the beams. With k = 1 every row is a
+    sentence of its own: ``model.reorder`` alone moves all of it."""
     if sentences is not None and k > 1:
         state = select_sentences(state, sentences, beams=k)
     return model.reorder(state, beam_rows)
@@ -192,8 +192,7 @@ def advance(
     """The new beams of the sentences not ``done``, and the model's state reordered to them.
 
     Until step 0 the state has one row per beam (see :func:`beam_search`); its first reorder keeps, of
-    what beams share, one row per sentence: its first beam's. A part the model made per sentence from
-    the start (the shortlist's output rows) keeps its sentences' rows.
+    what beams share, one row per sentence: its first beam's.
     """
     k, device = beams.k, beams.scores.device
     sentences, budgets, budget, staying = beams.sentences, beams.budgets, beams.budget, None
@@ -203,9 +202,10 @@ def advance(
         chosen = chosen.keep(staying)
         sentences, budgets, budget = sentences[staying], [budgets[i] for i in keep], budget[staying]
     history = torch.cat([beams.history[chosen.rows], chosen.tokens[:, None]], dim=1)
-    shared = None  # the first hypothesis row of each sentence that stays, when the sentences change
-    if step == 0 or staying is not None:
+    if step == 0:
         shared = (staying if staying is not None else torch.arange(len(done), device=device)) * k
+    else:
+        shared = staying
     state = reorder(model, state, chosen.rows, shared, k)
     return Beams(sentences, budgets, budget, chosen.scores, chosen.tokens, history), state
 
@@ -240,10 +240,8 @@ def beam_search(
         at_budget = beams.must_end(step)
         must_end = at_budget.repeat_interleave(k) if step >= min(beams.budgets) else None
         prefix = forced.at(step, beams.sentences, k) if forced else None
-        rows = vocab.of_rows(beams.sentences, k) if vocab is not None else None
-        log_probs = constrain(log_probs, cfg, beams.history, must_end, prefix, rows)
-        ids = vocab.ids[beams.sentences] if vocab is not None else None
-        candidates = extend(log_probs, beams.scores, ids)
+        log_probs = constrain(log_probs, cfg, beams.history, must_end, prefix, vocab)
+        candidates = extend(log_probs, beams.scores, vocab.ids if vocab is not None else None)
         ends, count = finished.ending(candidates, beams.sentences)
         chosen = choose_beams(candidates, k)
         done = count.ge(k) | at_budget | ~chosen.scores.isfinite().any(dim=1)

@@ -1,6 +1,6 @@
 """What greedy search, beam search and scoring share: hypotheses and their ranking score, length
 budgets, the rules applied to the model's next-token log-probabilities (target prefixes among them),
-the target ids each sentence is scored over with a vocabulary shortlist, batches."""
+the target ids a batch is scored over with a vocabulary shortlist, batches."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def constrain(
     history: Tensor | None,
     must_end: Tensor | None,
     forced: Forced | None,
-    vocab: RowVocab | None = None,
+    vocab: BatchVocab | None = None,
 ) -> Tensor:
     """The search's rules on the model's next-token log-probabilities (rows, vocab), in place: PAD and
     BOS (UNK with no_unk) are banned, so are repeated n-grams of ``history`` (rows, step; only needed
@@ -100,13 +100,12 @@ def constrain(
     rows inside their target prefix only take its token, at the model's log-probability of it (so that
     any token can be forced, UNK with no_unk included).
 
-    With a shortlist, the columns of a row are its sentence's candidates (``vocab``); ``history`` and
-    the forced tokens are target ids (every one among its row's candidates), and the special ids are
-    at their own columns."""
+    With a shortlist, the columns are the positions of ``vocab.ids``; ``history`` and the forced
+    tokens are target ids (every one among its row's candidates), and the special ids are at their
+    own positions."""
     if vocab is not None:
-        history = vocab.columns(history) if history is not None else None
-        if forced is not None:
-            forced = Forced(forced.rows, vocab.columns(forced.tokens[:, None])[:, 0])
+        history = vocab.position[history] if history is not None else None
+        forced = Forced(forced.rows, vocab.position[forced.tokens]) if forced is not None else None
     if forced is not None:
         model_log_prob = log_probs.gather(1, forced.tokens[:, None])
     log_probs = mask_logits(log_probs, cfg.no_unk)
@@ -123,65 +122,46 @@ def constrain(
 
 @dataclass
 class BatchVocab:
-    """The target ids each sentence of a batch is scored over with a vocabulary shortlist
-    (:mod:`nmt.shortlist`): its candidates, ascending, in a row of a (sentences, n) table padded at the end.
+    """The target ids a batch is scored over with a vocabulary shortlist (:mod:`nmt.shortlist`): the
+    sorted union of its sentences' candidates, and which of them are each sentence's own.
 
     A sentence's candidates are the shortlist's for its source subwords (the frequent target subwords
     and the special ids among them), the special ids again and its target prefix's tokens. The model
-    scores each sentence's hypotheses over its own candidates alone (:class:`~nmt.models.base.OutputVocab`),
-    so batching never changes a translation and a batch costs what its sentences cost, not the union
-    of their candidates. The special ids 0..3 are always in, so sorted they keep their columns. Tokens
-    stay target ids in the search: the model's log-probabilities come in columns, which ``ids`` maps
-    back and :meth:`RowVocab.columns` maps to.
+    scores the union once for the batch, but each hypothesis only over its sentence's own candidates
+    (:class:`~nmt.models.base.OutputVocab`), so batching never changes a translation. The special ids
+    0..3 are always in, so sorted they keep their positions. Tokens stay target ids in the search:
+    the model's log-probabilities come in positions of ``ids``, which ``ids`` maps back and
+    ``position`` maps to.
     """
 
-    ids: Tensor  # (sentences, n) each sentence's ascending target ids, then PAD as padding
-    pad: Tensor | None  # (sentences, n) bool, True at the padding; None when there is none
-    sorted_ids: Tensor  # ``ids`` with the vocabulary size as padding: ascending rows to search in
+    ids: Tensor  # (n,) ascending target ids
+    allowed: Tensor | None  # (sentences, n) bool: each sentence's own; None when every one's are all n
+    position: Tensor  # (target vocabulary,) each id's position in ids (PAD's, 0, for the ids not in)
 
     @classmethod
     def of(
         cls, shortlist: Shortlist, src: Tensor, prefixes: Sequence[Sequence[int]] | None, vocab_size: int
-    ) -> BatchVocab | None:
+    ) -> BatchVocab:
         """The candidates of the sentences of ``src`` (a padded batch) and their ``prefixes``, found
-        on the batch's device from a (sentences, vocabulary) membership table; None when every sentence
-        may output every target id (nothing to restrict)."""
+        on the batch's device: a sentence's row of a (sentences, vocabulary) membership table."""
         device = src.device
         member = torch.zeros(src.size(0), vocab_size, dtype=torch.bool, device=device)
         member.scatter_(1, shortlist.table.to(device)[src].flatten(1), True)  # PAD's row: PAD alone
         member[:, torch.tensor([*SPECIALS, *shortlist.always], device=device)] = True
         for i, prefix in enumerate(prefixes or ()):
             member[i, torch.tensor(list(prefix), dtype=torch.long, device=device)] = True
-        counts = member.sum(dim=1)
-        width = int(counts.max())
-        if width == vocab_size and bool(counts.eq(width).all()):
-            return None
-        every_id = torch.arange(vocab_size, device=device).expand_as(member)
-        sorted_ids = every_id.masked_fill(~member, vocab_size).sort(dim=1).values[:, :width].contiguous()
-        pad = sorted_ids.eq(vocab_size)
-        ids = sorted_ids.masked_fill(pad, PAD_ID)
-        return cls(ids, pad if bool(pad.any()) else None, sorted_ids)
+        ids = member.any(dim=0).nonzero().squeeze(1)
+        allowed = member[:, ids]
+        position = torch.zeros(vocab_size, dtype=torch.long, device=device)
+        position[ids] = torch.arange(ids.numel(), device=device)
+        return cls(ids, None if bool(allowed.all()) else allowed, position)
 
     def rows(self, per_sentence: int) -> OutputVocab:
         """What the model scores for a state of ``per_sentence`` consecutive rows per sentence."""
-        return OutputVocab(self.ids, self.pad, per_sentence)
-
-    def of_rows(self, sentences: Tensor, per_sentence: int) -> RowVocab:
-        """The candidates of the hypothesis rows of ``sentences`` (rows of the batch), each sentence
-        ``per_sentence`` consecutive rows."""
-        return RowVocab(self, sentences.repeat_interleave(per_sentence) if per_sentence > 1 else sentences)
-
-
-@dataclass
-class RowVocab:
-    """The columns of a step's hypothesis rows under a shortlist: each row's sentence's candidates."""
-
-    batch: BatchVocab
-    sentences: Tensor  # (rows,) each row's sentence in the batch
-
-    def columns(self, tokens: Tensor) -> Tensor:
-        """The columns of target ids ``tokens`` (rows, m), each among its row's candidates."""
-        return torch.searchsorted(self.batch.sorted_ids[self.sentences], tokens.contiguous())
+        allowed = self.allowed
+        if allowed is not None and per_sentence > 1:
+            allowed = allowed.repeat_interleave(per_sentence, dim=0)
+        return OutputVocab(self.ids, allowed)
 
 
 def check_shortlist(shortlist: Shortlist, vocab_sizes: dict[str, int]) -> None:

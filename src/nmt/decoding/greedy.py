@@ -9,7 +9,7 @@ With target prefixes, a sentence's first tokens are its prefix's (at the model's
 which count in the hypothesis' log-probability), and the search continues freely after them.
 
 With a vocabulary shortlist, each sentence chooses among its own candidates
-(:class:`~nmt.decoding.common.BatchVocab`), which are all the model scores for it.
+(:class:`~nmt.decoding.common.BatchVocab`); the model scores their union for the batch.
 """
 
 from __future__ import annotations
@@ -58,10 +58,9 @@ def greedy_search(
         history = out[alive, :step] if cfg.no_repeat_ngram else None
         must_end = budget[alive] <= step if step >= next_budget else None
         prefix = forced.at(step, alive) if forced else None
-        rows = vocab.of_rows(alive, 1) if vocab is not None else None
-        best, tokens = constrain(log_probs, cfg, history, must_end, prefix, rows).max(dim=-1)
+        best, tokens = constrain(log_probs, cfg, history, must_end, prefix, vocab).max(dim=-1)
         if vocab is not None:
-            tokens = vocab.ids[alive].gather(1, tokens[:, None]).squeeze(1)
+            tokens = vocab.ids[tokens]
         out[alive, step] = tokens
         log_prob[alive] += best.double()
         running = tokens.ne(EOS_ID)

@@ -4,8 +4,7 @@ Training calls ``model(src, tgt_in, keep)``. Greedy and beam search use only ``e
 ``init_state``, ``step`` and ``reorder``, so a Transformer (key/value cache in the state) and
 RNNsearch (hidden state in the state) share one search implementation; scoring given translations
 uses ``teacher_forced_log_probs``. With a vocabulary shortlist the search also calls
-``restrict_output``: from then on ``step`` scores only each sentence's target ids of an
-:class:`OutputVocab`.
+``restrict_output``: from then on ``step`` scores only the target ids of an :class:`OutputVocab`.
 
 The decoding state is a nest of dicts/lists of tensors whose first dimension is the hypothesis.
 What the hypotheses of one sentence share because it depends on the source alone (the encoder
@@ -50,16 +49,24 @@ class PerSentence(dict):
 
 @dataclass(frozen=True, eq=False)
 class OutputVocab:
-    """The target ids a search scores when not all of them (a vocabulary shortlist's candidates): each
-    sentence's own, so that it gets the same numbers whichever sentences share its batch.
+    """The target ids a search scores when not all of them (a vocabulary shortlist's candidates).
 
-    ``step`` then returns, for each hypothesis row, log-probabilities over its sentence's ``ids`` alone
-    (column i is target id ``ids[sentence, i]``), normalised over them, and -inf at the padding.
+    ``step`` then returns log-probabilities over ``ids`` alone (column i is target id ``ids[i]``), each
+    hypothesis row normalised over its own candidates (``allowed``) and -inf elsewhere, so that a
+    sentence gets the same numbers whichever sentences share its batch.
     """
 
-    ids: Tensor  # (sentences, n) ascending target ids per sentence; the special ids 0..3 at columns 0..3
-    pad: Tensor | None  # (sentences, n) bool: True after a sentence's last id; None when every one has n
-    per_sentence: int  # consecutive hypothesis rows per sentence in the state (the beams)
+    ids: Tensor  # (n,) ascending target ids; the special ids 0..3 are in, at positions 0..3
+    allowed: Tensor | None  # (hypotheses, n) bool: each row's own candidates; None = all n for every row
+
+
+@dataclass(frozen=True, eq=False)
+class OutputRows:
+    """The output layer's rows of an :class:`OutputVocab`, taken once: the same for every hypothesis, so
+    not a tensor of the state that ``reorder`` would index (it passes through as it is)."""
+
+    weight: Tensor  # (n, hidden)
+    bias: Tensor | None  # (n,)
 
 
 class Seq2Seq(nn.Module):
@@ -90,33 +97,24 @@ class Seq2Seq(nn.Module):
         raise NotImplementedError
 
     def restrict_output(self, state: State, vocab: OutputVocab) -> State:
-        """The decoding state whose ``step`` scores only each sentence's ``vocab.ids`` (see
-        :class:`OutputVocab`): the output layer's rows of those ids, taken once per sentence, in a
-        :class:`PerSentence` part that follows the sentences. Called once, after ``init_state``."""
+        """The decoding state whose ``step`` scores only ``vocab.ids`` (see :class:`OutputVocab`): the
+        output layer's rows of those ids, and each hypothesis' own candidates, which ``reorder`` moves
+        with it. Called once, after ``init_state``."""
         bias = self.output.bias
-        rows = {
-            "weight": self.output.weight[vocab.ids],  # (sentences, n, hidden)
-            "bias": None if bias is None else bias[vocab.ids],
-            "pad": vocab.pad,
-        }
-        return {**state, "output": PerSentence(rows, beams=vocab.per_sentence)}
+        rows = OutputRows(self.output.weight[vocab.ids], None if bias is None else bias[vocab.ids])
+        outside = None if vocab.allowed is None else ~vocab.allowed
+        return {**state, "output": {"rows": rows, "outside": outside}}
 
     def output_log_probs(self, hidden: Tensor, state: State) -> Tensor:
         """fp32 log-probabilities of the next token from the decoder's output ``hidden`` (rows, dim): over
-        the whole target vocabulary, or, after ``restrict_output``, over each row's sentence's ids (a
-        batched product of each sentence's hypotheses with its own output rows)."""
+        the whole target vocabulary, or over the ids of ``restrict_output``."""
         if "output" not in state:
             return log_softmax_fp32(self.output(hidden))
-        rows = state["output"]
-        sentences = rows["weight"].size(0)
-        grouped = hidden.view(sentences, -1, hidden.size(-1))  # the hypotheses of each sentence
-        if rows["bias"] is None:
-            logits = torch.bmm(grouped, rows["weight"].transpose(1, 2))
-        else:
-            logits = torch.baddbmm(rows["bias"][:, None, :], grouped, rows["weight"].transpose(1, 2))
-        if rows["pad"] is not None:
-            logits.masked_fill_(rows["pad"][:, None, :], -math.inf)
-        return log_softmax_fp32(logits.flatten(0, 1))
+        restricted = state["output"]
+        logits = nn.functional.linear(hidden, restricted["rows"].weight, restricted["rows"].bias)
+        if restricted["outside"] is not None:
+            logits.masked_fill_(restricted["outside"], -math.inf)  # a new tensor: no copy needed
+        return log_softmax_fp32(logits)
 
     def reorder(self, state: State, beam_indices: Tensor) -> State:
         """The state of the hypotheses ``beam_indices`` (rows of the current state, in their new order):
@@ -151,18 +149,15 @@ def reorder_state(state: Any, indices: Tensor) -> Any:
     return state
 
 
-def select_sentences(state: Any, rows: Tensor, beams: int) -> Any:
-    """Keep, in every :class:`PerSentence` part of a nest, the sentences of the hypothesis rows ``rows``
-    (one row of each sentence to keep, in that order), each to serve ``beams`` hypotheses from now on;
-    the hypothesis rows themselves are left to ``reorder``. A part that serves b rows per sentence
-    keeps its rows ``rows // b``."""
+def select_sentences(state: Any, sentences: Tensor, beams: int) -> Any:
+    """Keep the rows ``sentences`` (in that order) of every :class:`PerSentence` part in a nest, each to
+    serve ``beams`` hypotheses from now on; the hypothesis rows are left to ``reorder``."""
     if isinstance(state, PerSentence):
-        own = torch.div(rows, state.beams, rounding_mode="floor")
-        return PerSentence(reorder_state(dict(state), own), beams)
+        return PerSentence(reorder_state(dict(state), sentences), beams)
     if isinstance(state, dict):
-        return {key: select_sentences(value, rows, beams) for key, value in state.items()}
+        return {key: select_sentences(value, sentences, beams) for key, value in state.items()}
     if isinstance(state, list):
-        return [select_sentences(value, rows, beams) for value in state]
+        return [select_sentences(value, sentences, beams) for value in state]
     return state
 
 
