@@ -79,9 +79,9 @@ def test_an_unknown_field_is_named():
 
 
 def test_the_servers_own_settings_are_refused_per_request():
-    """max_tokens and cache change only the speed, and shortlist names a file where the model runs: the
-    server sets them for every batch."""
-    assert set(SERVER_SIDE) == {"max_tokens", "cache", "shortlist"}
+    """max_tokens, cache and shortlist_group change only the speed, and shortlist names a file where the
+    model runs: the server sets them for every batch."""
+    assert set(SERVER_SIDE) == {"max_tokens", "cache", "shortlist", "shortlist_group"}
     for name in SERVER_SIDE:
         error = {"error": f"{name}: set by the server, not per request", "field": name}
         assert refused({"text": ["a"], name: getattr(DecodingConfig(), name)}) == (422, error)

@@ -97,25 +97,46 @@ def copy_shortlist() -> Shortlist:
 @pytest.mark.parametrize("search", SEARCHES, ids=list(SEARCHES))
 @pytest.mark.parametrize("name", MODELS)
 def test_a_shortlist_of_the_whole_vocabulary_changes_nothing(sources, name, search):
+    """Bit for bit in one group (one product over every row, as without a shortlist); in groups of
+    two sentences the same translations, up to the rounding of products over fewer rows."""
     model, cfg = untrained(name), SEARCHES[search]
     prefixes = [[5, 6] if i % 3 == 0 else [] for i in range(len(sources))]
     for given in (None, prefixes):
         plain = translate_ids(model, sources, cfg, "cpu", POSITIONS, prefixes=given)
-        shortlisted = translate_ids(
-            model, sources, cfg, "cpu", POSITIONS, prefixes=given, shortlist=whole_vocabulary()
+        one_group, pairs = (
+            translate_ids(
+                model,
+                sources,
+                replace(cfg, shortlist_group=group),
+                "cpu",
+                POSITIONS,
+                given,
+                shortlist=whole_vocabulary(),
+            )
+            for group in (len(sources), 2)
         )
-        assert results(shortlisted) == results(plain)  # bit for bit
+        assert results(one_group) == results(plain)  # bit for bit
+        assert [[h.tokens for h in hs] for hs in pairs] == [[h.tokens for h in hs] for hs in plain]
+        for hyps, alone in zip(pairs, plain):
+            assert [h.log_prob for h in hyps] == pytest.approx([h.log_prob for h in alone], abs=1e-5)
 
 
-def test_the_step_scores_the_candidates_in_id_order():
-    """Column i of a restricted step is target id ids[i], as in the full step (up to normalisation)."""
-    model = untrained("transformer")
+@pytest.mark.parametrize("name", ["transformer", "rnnsearch"])
+@torch.inference_mode()  # as in search: the grouped products write into one tensor
+def test_the_step_scores_each_groups_candidates_in_id_order(name):
+    """Column i of a restricted step is target id ids[g, i] of the row's group g, as in the full step
+    (up to normalisation over the row's own candidates); a group's padding columns are -inf."""
+    model = untrained(name)
     src = pad_batch(copy_sentences(3, VOCAB, seed=4), "cpu")
-    ids = torch.tensor([0, 1, 2, 3, 7, 11, 19])
+    ids = torch.tensor([[0, 1, 2, 3, 7, 11, 19], [0, 1, 2, 3, 5, 8, 0]])
+    allowed = torch.ones(3, 7, dtype=torch.bool)
+    allowed[1, 5] = allowed[2, 6] = False  # row 1 lacks id 11, row 2's last column is padding
     state = model.init_state(model.encode(src))
     full, _ = model.step(torch.full((3,), BOS_ID), state)
-    restricted, _ = model.step(torch.full((3,), BOS_ID), model.restrict_output(state, OutputVocab(ids, None)))
-    torch.testing.assert_close(restricted, full[:, ids].log_softmax(dim=-1), rtol=0, atol=1e-6)
+    vocab = OutputVocab(ids, allowed, torch.tensor([0, 0, 1]))
+    restricted, _ = model.step(torch.full((3,), BOS_ID), model.restrict_output(state, vocab))
+    expected = full[:, ids[[0, 0, 1]]].diagonal().t().masked_fill(~allowed, -torch.inf).log_softmax(dim=-1)
+    torch.testing.assert_close(restricted, expected, rtol=0, atol=1e-6)
 
 
 # --------------------------------------------------------------------------- only the candidates

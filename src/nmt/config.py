@@ -257,6 +257,10 @@ class DecodingConfig:
         (lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "must be a file or null"),
         speed_only=True,
     )
+    # sentences whose shortlist candidates are scored together, with one matrix product over their
+    # union: fewer makes narrower products (a batch's union is several times a sentence's), more
+    # fewer of them
+    shortlist_group: int = option(4, POSITIVE, speed_only=True)
 
 
 DECODING_RULES: dict[str, Rule] = {

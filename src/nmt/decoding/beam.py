@@ -24,9 +24,9 @@ A target prefix leaves each step one finite candidate per sentence, its next tok
 are dummies): the search goes through the prefix as a single beam, at the model's log-probabilities,
 then branches out as from the start.
 
-With a vocabulary shortlist, the model scores the union of the batch's candidates
-(:class:`~nmt.decoding.common.BatchVocab`), each beam over its sentence's own; :func:`extend` maps the
-chosen positions back to target ids, which is what the beams hold.
+With a vocabulary shortlist, the model scores the union of the candidates of each group of a few
+sentences (:class:`~nmt.decoding.common.BatchVocab`), each beam over its sentence's own;
+:func:`extend` maps the chosen positions back to target ids, which is what the beams hold.
 """
 
 from __future__ import annotations
@@ -40,7 +40,15 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
-from nmt.decoding.common import BatchVocab, Hypothesis, Prefixes, constrain, hypothesis, max_lengths
+from nmt.decoding.common import (
+    BatchVocab,
+    Hypothesis,
+    Prefixes,
+    RowVocab,
+    constrain,
+    hypothesis,
+    max_lengths,
+)
 from nmt.models.base import Seq2Seq, State, select_sentences
 from nmt.shortlist import Shortlist
 from nmt.special import BOS_ID, EOS_ID
@@ -90,14 +98,16 @@ class Candidates:
     tokens: Tensor
 
 
-def extend(log_probs: Tensor, scores: Tensor, ids: Tensor | None = None) -> Candidates:
+def extend(log_probs: Tensor, scores: Tensor, candidates: RowVocab | None = None) -> Candidates:
     """Every (beam, token) extension of a sentence's beams, scored; the 2k best of each sentence. With
-    a shortlist, column j of ``log_probs`` is target id ``ids[j]``."""
+    a shortlist, the columns of ``log_probs`` are those of each sentence's group (``candidates``)."""
     (n, k), vocab = scores.shape, log_probs.size(-1)
     total = log_probs.view(n, k, vocab).add_(scores[:, :, None]).view(n, k * vocab)  # no new buffer
     top_scores, top_ids = total.topk(min(2 * k, k * vocab), dim=1)
     tokens = top_ids % vocab
-    return Candidates(top_scores, top_ids // vocab, tokens if ids is None else ids[tokens])
+    if candidates is not None:
+        tokens = candidates.ids_of(tokens)
+    return Candidates(top_scores, top_ids // vocab, tokens)
 
 
 @dataclass
@@ -232,7 +242,9 @@ def beam_search(
     # the first reorder keeps one row per sentence of what the beams share.
     rows = torch.arange(batch, device=device).repeat_interleave(k)
     state = model.init_state(model.reorder(model.encode(src), rows), cache=cfg.cache)
-    vocab = BatchVocab.of(shortlist, src, prefixes, model.vocab_sizes["tgt"]) if shortlist else None
+    vocab = None
+    if shortlist is not None:
+        vocab = BatchVocab.of(shortlist, src, prefixes, model.vocab_sizes["tgt"], cfg.shortlist_group)
     if vocab is not None:
         state = model.restrict_output(state, vocab.rows(k))
     for step in itertools.count():
@@ -240,8 +252,9 @@ def beam_search(
         at_budget = beams.must_end(step)
         must_end = at_budget.repeat_interleave(k) if step >= min(beams.budgets) else None
         prefix = forced.at(step, beams.sentences, k) if forced else None
-        log_probs = constrain(log_probs, cfg, beams.history, must_end, prefix, vocab)
-        candidates = extend(log_probs, beams.scores, vocab.ids if vocab is not None else None)
+        rows = vocab.of_rows(beams.sentences, k) if vocab is not None else None
+        log_probs = constrain(log_probs, cfg, beams.history, must_end, prefix, rows)
+        candidates = extend(log_probs, beams.scores, vocab.of_rows(beams.sentences) if vocab else None)
         ends, count = finished.ending(candidates, beams.sentences)
         chosen = choose_beams(candidates, k)
         done = count.ge(k) | at_budget | ~chosen.scores.isfinite().any(dim=1)

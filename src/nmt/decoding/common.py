@@ -92,7 +92,7 @@ def constrain(
     history: Tensor | None,
     must_end: Tensor | None,
     forced: Forced | None,
-    vocab: BatchVocab | None = None,
+    vocab: RowVocab | None = None,
 ) -> Tensor:
     """The search's rules on the model's next-token log-probabilities (rows, vocab), in place: PAD and
     BOS (UNK with no_unk) are banned, so are repeated n-grams of ``history`` (rows, step; only needed
@@ -104,8 +104,8 @@ def constrain(
     tokens are target ids (every one among its row's candidates), and the special ids are at their
     own positions."""
     if vocab is not None:
-        history = vocab.position[history] if history is not None else None
-        forced = Forced(forced.rows, vocab.position[forced.tokens]) if forced is not None else None
+        history = vocab.positions_of(history) if history is not None else None
+        forced = Forced(forced.rows, vocab.positions_of(forced.tokens)) if forced is not None else None
     if forced is not None:
         model_log_prob = log_probs.gather(1, forced.tokens[:, None])
     log_probs = mask_logits(log_probs, cfg.no_unk)
@@ -122,46 +122,94 @@ def constrain(
 
 @dataclass
 class BatchVocab:
-    """The target ids a batch is scored over with a vocabulary shortlist (:mod:`nmt.shortlist`): the
-    sorted union of its sentences' candidates, and which of them are each sentence's own.
+    """The target ids a batch is scored over with a vocabulary shortlist (:mod:`nmt.shortlist`): for
+    each group of ``group_size`` consecutive sentences, the sorted union of their candidates, and
+    which of them are each sentence's own.
 
     A sentence's candidates are the shortlist's for its source subwords (the frequent target subwords
     and the special ids among them), the special ids again and its target prefix's tokens. The model
-    scores the union once for the batch, but each hypothesis only over its sentence's own candidates
-    (:class:`~nmt.models.base.OutputVocab`), so batching never changes a translation. The special ids
-    0..3 are always in, so sorted they keep their positions. Tokens stay target ids in the search:
-    the model's log-probabilities come in positions of ``ids``, which ``ids`` maps back and
-    ``position`` maps to.
+    scores each group's union once for the group's hypotheses (one matrix product per group), but
+    each hypothesis only over its sentence's own candidates (:class:`~nmt.models.base.OutputVocab`),
+    so batching never changes a translation. Groups keep the products narrow: the union of a whole
+    batch of a hundred sentences is several times wider than that of eight. The special ids 0..3 are
+    always in, so sorted they keep their positions; a group's union shorter than the widest is
+    padded with PAD (banned anyway). Tokens stay target ids in the search: the model's
+    log-probabilities come in positions of ``ids[group]``, which ``ids`` maps back and ``position``
+    maps to.
     """
 
-    ids: Tensor  # (n,) ascending target ids
+    ids: Tensor  # (groups, n) each group's ascending target ids, padded with PAD
     allowed: Tensor | None  # (sentences, n) bool: each sentence's own; None when every one's are all n
-    position: Tensor  # (target vocabulary,) each id's position in ids (PAD's, 0, for the ids not in)
+    position: Tensor  # (groups, target vocabulary) each id's position in its group's ids (0 if not in)
+    group: Tensor  # (sentences,) the group of each sentence of the batch
 
     @classmethod
     def of(
-        cls, shortlist: Shortlist, src: Tensor, prefixes: Sequence[Sequence[int]] | None, vocab_size: int
+        cls,
+        shortlist: Shortlist,
+        src: Tensor,
+        prefixes: Sequence[Sequence[int]] | None,
+        vocab_size: int,
+        group_size: int,
     ) -> BatchVocab:
         """The candidates of the sentences of ``src`` (a padded batch) and their ``prefixes``, found
         on the batch's device: a sentence's row of a (sentences, vocabulary) membership table."""
-        device = src.device
-        member = torch.zeros(src.size(0), vocab_size, dtype=torch.bool, device=device)
+        device, sentences = src.device, src.size(0)
+        member = torch.zeros(sentences, vocab_size, dtype=torch.bool, device=device)
         member.scatter_(1, shortlist.table.to(device)[src].flatten(1), True)  # PAD's row: PAD alone
         member[:, torch.tensor([*SPECIALS, *shortlist.always], device=device)] = True
         for i, prefix in enumerate(prefixes or ()):
             member[i, torch.tensor(list(prefix), dtype=torch.long, device=device)] = True
-        ids = member.any(dim=0).nonzero().squeeze(1)
-        allowed = member[:, ids]
-        position = torch.zeros(vocab_size, dtype=torch.long, device=device)
-        position[ids] = torch.arange(ids.numel(), device=device)
-        return cls(ids, None if bool(allowed.all()) else allowed, position)
+        group = torch.arange(sentences, device=device) // group_size
+        groups = int(group[-1]) + 1
+        in_group = torch.zeros(groups, vocab_size, dtype=torch.bool, device=device)
+        for g in range(groups):
+            in_group[g] = member[g * group_size : (g + 1) * group_size].any(dim=0)
+        counts = in_group.sum(dim=1)
+        width = int(counts.max())
+        # each group's ids first (ascending), then PAD: a stable sort of "not in the group"
+        ids = (~in_group).to(torch.uint8).sort(dim=1, stable=True).indices[:, :width]
+        padding = torch.arange(width, device=device) >= counts[:, None]  # PAD's id, no candidate
+        ids.masked_fill_(padding, PAD_ID)
+        allowed = member.gather(1, ids[group]) & ~padding[group]
+        position = torch.zeros(groups, vocab_size, dtype=torch.long, device=device)
+        position.scatter_(1, ids, torch.arange(width, device=device).expand(groups, width).contiguous())
+        position[:, PAD_ID] = PAD_ID
+        return cls(ids, None if bool(allowed.all()) else allowed, position, group)
 
     def rows(self, per_sentence: int) -> OutputVocab:
         """What the model scores for a state of ``per_sentence`` consecutive rows per sentence."""
-        allowed = self.allowed
-        if allowed is not None and per_sentence > 1:
-            allowed = allowed.repeat_interleave(per_sentence, dim=0)
-        return OutputVocab(self.ids, allowed)
+        allowed, group = self.allowed, self.group
+        if per_sentence > 1:
+            group = group.repeat_interleave(per_sentence)
+            allowed = allowed.repeat_interleave(per_sentence, dim=0) if allowed is not None else None
+        return OutputVocab(self.ids, allowed, group)
+
+    def of_rows(self, sentences: Tensor, per_sentence: int = 1) -> RowVocab:
+        """The ids and positions of hypothesis rows of ``sentences`` (rows of the batch), each sentence
+        ``per_sentence`` consecutive rows."""
+        group = self.group[sentences]
+        if per_sentence > 1:
+            group = group.repeat_interleave(per_sentence)
+        return RowVocab(self, group)
+
+
+@dataclass
+class RowVocab:
+    """A batch's candidates as seen from some of its hypothesis rows: each row's group."""
+
+    vocab: BatchVocab
+    group: Tensor  # (rows,)
+
+    def positions_of(self, tokens: Tensor) -> Tensor:
+        """The columns of target ids ``tokens`` (rows, ...) in each row's group."""
+        group = self.group.view(-1, *([1] * (tokens.dim() - 1)))
+        return self.vocab.position[group, tokens]
+
+    def ids_of(self, columns: Tensor) -> Tensor:
+        """The target ids of columns ``columns`` (rows, ...) of each row's group."""
+        group = self.group.view(-1, *([1] * (columns.dim() - 1)))
+        return self.vocab.ids[group, columns]
 
 
 def check_shortlist(shortlist: Shortlist, vocab_sizes: dict[str, int]) -> None:

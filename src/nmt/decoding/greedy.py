@@ -9,7 +9,8 @@ With target prefixes, a sentence's first tokens are its prefix's (at the model's
 which count in the hypothesis' log-probability), and the search continues freely after them.
 
 With a vocabulary shortlist, each sentence chooses among its own candidates
-(:class:`~nmt.decoding.common.BatchVocab`); the model scores their union for the batch.
+(:class:`~nmt.decoding.common.BatchVocab`); the model scores their union for each group of a few
+sentences.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def greedy_search(
     budget = torch.tensor(budgets, device=device)
     next_budget = min(budgets)  # the first step at which a live sentence must end
     state = model.init_state(model.encode(src), cache=cfg.cache)
-    vocab = BatchVocab.of(shortlist, src, prefixes, model.vocab_sizes["tgt"]) if shortlist else None
+    vocab = None
+    if shortlist is not None:
+        vocab = BatchVocab.of(shortlist, src, prefixes, model.vocab_sizes["tgt"], cfg.shortlist_group)
     if vocab is not None:
         state = model.restrict_output(state, vocab.rows(1))
     alive = torch.arange(batch, device=device)
@@ -58,9 +61,10 @@ def greedy_search(
         history = out[alive, :step] if cfg.no_repeat_ngram else None
         must_end = budget[alive] <= step if step >= next_budget else None
         prefix = forced.at(step, alive) if forced else None
-        best, tokens = constrain(log_probs, cfg, history, must_end, prefix, vocab).max(dim=-1)
-        if vocab is not None:
-            tokens = vocab.ids[tokens]
+        rows = vocab.of_rows(alive) if vocab is not None else None
+        best, tokens = constrain(log_probs, cfg, history, must_end, prefix, rows).max(dim=-1)
+        if rows is not None:
+            tokens = rows.ids_of(tokens)
         out[alive, step] = tokens
         log_prob[alive] += best.double()
         running = tokens.ne(EOS_ID)

@@ -49,24 +49,28 @@ class PerSentence(dict):
 
 @dataclass(frozen=True, eq=False)
 class OutputVocab:
-    """The target ids a search scores when not all of them (a vocabulary shortlist's candidates).
+    """The target ids a search scores when not all of them (a vocabulary shortlist's candidates), in
+    groups of hypotheses scored together.
 
-    ``step`` then returns log-probabilities over ``ids`` alone (column i is target id ``ids[i]``), each
-    hypothesis row normalised over its own candidates (``allowed``) and -inf elsewhere, so that a
-    sentence gets the same numbers whichever sentences share its batch.
+    ``step`` then returns log-probabilities over the ids of each hypothesis' group (column i of a row
+    of group g is target id ``ids[g, i]``), each hypothesis row normalised over its own candidates
+    (``allowed``) and -inf elsewhere, so that a sentence gets the same numbers whichever sentences
+    share its batch or its group.
     """
 
-    ids: Tensor  # (n,) ascending target ids; the special ids 0..3 are in, at positions 0..3
+    ids: Tensor  # (groups, n) target ids; the special ids 0..3 are in, at positions 0..3
     allowed: Tensor | None  # (hypotheses, n) bool: each row's own candidates; None = all n for every row
+    group: Tensor  # (hypotheses,) each row's group; rows of a group are consecutive, groups ascending
 
 
 @dataclass(frozen=True, eq=False)
 class OutputRows:
-    """The output layer's rows of an :class:`OutputVocab`, taken once: the same for every hypothesis, so
-    not a tensor of the state that ``reorder`` would index (it passes through as it is)."""
+    """The output layer's rows of an :class:`OutputVocab`'s groups, taken once: the same for every
+    hypothesis of a group, so not a tensor of the state that ``reorder`` would index (it passes
+    through as it is)."""
 
-    weight: Tensor  # (n, hidden)
-    bias: Tensor | None  # (n,)
+    weight: Tensor  # (groups, n, hidden)
+    bias: Tensor | None  # (groups, n)
 
 
 class Seq2Seq(nn.Module):
@@ -97,23 +101,36 @@ class Seq2Seq(nn.Module):
         raise NotImplementedError
 
     def restrict_output(self, state: State, vocab: OutputVocab) -> State:
-        """The decoding state whose ``step`` scores only ``vocab.ids`` (see :class:`OutputVocab`): the
-        output layer's rows of those ids, and each hypothesis' own candidates, which ``reorder`` moves
-        with it. Called once, after ``init_state``."""
+        """The decoding state whose ``step`` scores only the ids of ``vocab`` (see :class:`OutputVocab`):
+        the output layer's rows of each group's ids, and each hypothesis' own candidates and group,
+        which ``reorder`` moves with it. Called once, after ``init_state``."""
         bias = self.output.bias
         rows = OutputRows(self.output.weight[vocab.ids], None if bias is None else bias[vocab.ids])
         outside = None if vocab.allowed is None else ~vocab.allowed
-        return {**state, "output": {"rows": rows, "outside": outside}}
+        return {**state, "output": {"rows": rows, "outside": outside, "group": vocab.group}}
 
     def output_log_probs(self, hidden: Tensor, state: State) -> Tensor:
         """fp32 log-probabilities of the next token from the decoder's output ``hidden`` (rows, dim): over
-        the whole target vocabulary, or over the ids of ``restrict_output``."""
+        the whole target vocabulary, or over the ids of ``restrict_output``: one product per group."""
         if "output" not in state:
             return log_softmax_fp32(self.output(hidden))
         restricted = state["output"]
-        logits = nn.functional.linear(hidden, restricted["rows"].weight, restricted["rows"].bias)
+        weight, bias = restricted["rows"].weight, restricted["rows"].bias
+        if weight.size(0) == 1:
+            logits = nn.functional.linear(hidden, weight[0], None if bias is None else bias[0])
+        else:
+            logits = hidden.new_empty(hidden.size(0), weight.size(1))
+            start = 0
+            for g, count in enumerate(torch.bincount(restricted["group"], minlength=weight.size(0)).tolist()):
+                if count:
+                    part = hidden[start : start + count]
+                    if bias is None:
+                        torch.mm(part, weight[g].t(), out=logits[start : start + count])
+                    else:
+                        torch.addmm(bias[g], part, weight[g].t(), out=logits[start : start + count])
+                    start += count
         if restricted["outside"] is not None:
-            logits.masked_fill_(restricted["outside"], -math.inf)  # a new tensor: no copy needed
+            logits.masked_fill_(restricted["outside"], -math.inf)
         return log_softmax_fp32(logits)
 
     def reorder(self, state: State, beam_indices: Tensor) -> State:
