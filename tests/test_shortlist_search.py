@@ -15,13 +15,14 @@ from test_translator import DE, EN, write_checkpoint
 from nmt import backends
 from nmt.config import DecodingConfig, DecodingOverrides, check_decoding
 from nmt.decoding import pad_batch, translate_ids
+from nmt.decoding.common import BatchVocab
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
 from nmt.models.base import OutputVocab
 from nmt.models.ensemble import Ensemble
 from nmt.serve.requests import TranslateRequest
 from nmt.shortlist import SPECIALS, Shortlist, build_shortlist
-from nmt.special import BOS_ID, EOS_ID
+from nmt.special import BOS_ID, EOS_ID, PAD_ID
 from nmt.translator import Translator
 
 VOCAB = 24
@@ -137,6 +138,25 @@ def test_the_step_scores_each_groups_candidates_in_id_order(name):
     restricted, _ = model.step(torch.full((3,), BOS_ID), model.restrict_output(state, vocab))
     expected = full[:, ids[[0, 0, 1]]].diagonal().t().masked_fill(~allowed, -torch.inf).log_softmax(dim=-1)
     torch.testing.assert_close(restricted, expected, rtol=0, atol=1e-6)
+
+
+def test_each_group_of_sentences_is_scored_over_the_union_of_its_candidates(sources):
+    """Groups of consecutive sentences, each with its sorted union (specials at their own columns),
+    padded with PAD columns that are nobody's candidate; a group size past the batch is one group."""
+    shortlist = narrow()
+    src = pad_batch(sources[:5], "cpu")
+    vocab = BatchVocab.of(shortlist, src, None, VOCAB, group_size=2)
+    assert vocab.group.tolist() == [0, 0, 1, 1, 2]
+    for g, members in enumerate([sources[0:2], sources[2:4], sources[4:5]]):
+        union = shortlist.select(members)
+        row = vocab.ids[g].tolist()
+        assert row[: len(union)] == union and row[len(union) :] == [PAD_ID] * (len(row) - len(union))
+        assert all(vocab.position[g, t] == i for i, t in enumerate(union))
+    for i, source in enumerate(sources[:5]):
+        own = vocab.ids[vocab.group[i]][vocab.allowed[i]].tolist()
+        assert own == sorted(own_candidates(shortlist, source))  # padding columns are not allowed
+    one = BatchVocab.of(shortlist, src, None, VOCAB, group_size=10**12)
+    assert one.ids.tolist() == [shortlist.select(sources[:5])] and one.group.tolist() == [0] * 5
 
 
 # --------------------------------------------------------------------------- only the candidates

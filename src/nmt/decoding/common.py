@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -131,7 +132,7 @@ class BatchVocab:
     scores each group's union once for the group's hypotheses (one matrix product per group), but
     each hypothesis only over its sentence's own candidates (:class:`~nmt.models.base.OutputVocab`),
     so batching never changes a translation. Groups keep the products narrow: the union of a whole
-    batch of a hundred sentences is several times wider than that of eight. The special ids 0..3 are
+    batch of a hundred sentences is several times wider than that of four. The special ids 0..3 are
     always in, so sorted they keep their positions; a group's union shorter than the widest is
     padded with PAD (banned anyway). Tokens stay target ids in the search: the model's
     log-probabilities come in positions of ``ids[group]``, which ``ids`` maps back and ``position``
@@ -140,8 +141,18 @@ class BatchVocab:
 
     ids: Tensor  # (groups, n) each group's ascending target ids, padded with PAD
     allowed: Tensor | None  # (sentences, n) bool: each sentence's own; None when every one's are all n
-    position: Tensor  # (groups, target vocabulary) each id's position in its group's ids (0 if not in)
     group: Tensor  # (sentences,) the group of each sentence of the batch
+    found: tuple[Tensor, Tensor]  # every (group, id) pair, and the id's column in its group
+    vocab_size: int
+
+    @cached_property
+    def position(self) -> Tensor:
+        """(groups, target vocabulary) each id's column in its group's ids (0, PAD's, if not in): only
+        built when the search maps target ids to columns (n-gram blocking, target prefixes)."""
+        pairs, column = self.found
+        position = torch.zeros(self.ids.size(0), self.vocab_size, dtype=torch.long, device=self.ids.device)
+        position[pairs[:, 0], pairs[:, 1]] = column
+        return position
 
     @classmethod
     def of(
@@ -160,22 +171,20 @@ class BatchVocab:
         member[:, torch.tensor([*SPECIALS, *shortlist.always], device=device)] = True
         for i, prefix in enumerate(prefixes or ()):
             member[i, torch.tensor(list(prefix), dtype=torch.long, device=device)] = True
+        group_size = min(group_size, sentences)
         group = torch.arange(sentences, device=device) // group_size
-        groups = int(group[-1]) + 1
-        in_group = torch.zeros(groups, vocab_size, dtype=torch.bool, device=device)
-        for g in range(groups):
-            in_group[g] = member[g * group_size : (g + 1) * group_size].any(dim=0)
+        groups = (sentences + group_size - 1) // group_size
+        filler = member.new_zeros(groups * group_size - sentences, vocab_size)  # the last group's
+        in_group = torch.cat([member, filler]).view(groups, group_size, vocab_size).any(dim=1)
+        found = in_group.nonzero()  # (group, id) pairs, each group's ids ascending
         counts = in_group.sum(dim=1)
+        column = torch.arange(found.size(0), device=device) - (counts.cumsum(0) - counts)[found[:, 0]]
         width = int(counts.max())
-        # each group's ids first (ascending), then PAD: a stable sort of "not in the group"
-        ids = (~in_group).to(torch.uint8).sort(dim=1, stable=True).indices[:, :width]
+        ids = torch.full((groups, width), PAD_ID, dtype=torch.long, device=device)
+        ids[found[:, 0], column] = found[:, 1]
         padding = torch.arange(width, device=device) >= counts[:, None]  # PAD's id, no candidate
-        ids.masked_fill_(padding, PAD_ID)
         allowed = member.gather(1, ids[group]) & ~padding[group]
-        position = torch.zeros(groups, vocab_size, dtype=torch.long, device=device)
-        position.scatter_(1, ids, torch.arange(width, device=device).expand(groups, width).contiguous())
-        position[:, PAD_ID] = PAD_ID
-        return cls(ids, None if bool(allowed.all()) else allowed, position, group)
+        return cls(ids, None if bool(allowed.all()) else allowed, group, (found, column), vocab_size)
 
     def rows(self, per_sentence: int) -> OutputVocab:
         """What the model scores for a state of ``per_sentence`` consecutive rows per sentence."""
