@@ -123,7 +123,6 @@ def test_a_shortlist_of_the_whole_vocabulary_changes_nothing(sources, name, sear
 
 
 @pytest.mark.parametrize("name", ["transformer", "rnnsearch"])
-@torch.inference_mode()  # as in search: the grouped products write into one tensor
 def test_the_step_scores_each_groups_candidates_in_id_order(name):
     """Column i of a restricted step is target id ids[g, i] of the row's group g, as in the full step
     (up to normalisation over the row's own candidates); a group's padding columns are -inf."""

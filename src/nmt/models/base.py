@@ -111,24 +111,19 @@ class Seq2Seq(nn.Module):
 
     def output_log_probs(self, hidden: Tensor, state: State) -> Tensor:
         """fp32 log-probabilities of the next token from the decoder's output ``hidden`` (rows, dim): over
-        the whole target vocabulary, or over the ids of ``restrict_output``: one product per group."""
+        the whole target vocabulary, or over the ids of ``restrict_output``: one product per group
+        (whose row counts the host reads: on a GPU, one more synchronisation per step)."""
         if "output" not in state:
             return log_softmax_fp32(self.output(hidden))
         restricted = state["output"]
         weight, bias = restricted["rows"].weight, restricted["rows"].bias
-        if weight.size(0) == 1:
-            logits = nn.functional.linear(hidden, weight[0], None if bias is None else bias[0])
-        else:
-            logits = hidden.new_empty(hidden.size(0), weight.size(1))
-            start = 0
-            for g, count in enumerate(torch.bincount(restricted["group"], minlength=weight.size(0)).tolist()):
-                if count:
-                    part = hidden[start : start + count]
-                    if bias is None:
-                        torch.mm(part, weight[g].t(), out=logits[start : start + count])
-                    else:
-                        torch.addmm(bias[g], part, weight[g].t(), out=logits[start : start + count])
-                    start += count
+        counts = torch.bincount(restricted["group"], minlength=weight.size(0)).tolist()
+        parts = [
+            nn.functional.linear(rows, weight[g], None if bias is None else bias[g])
+            for g, rows in enumerate(hidden.split(counts))
+            if counts[g]
+        ]
+        logits = parts[0] if len(parts) == 1 else torch.cat(parts)
         if restricted["outside"] is not None:
             logits.masked_fill_(restricted["outside"], -math.inf)
         return log_softmax_fp32(logits)
