@@ -1,6 +1,7 @@
-"""Greedy and beam search over a vocabulary shortlist: the model scores the union of a batch's
-candidates, each sentence only its own (so batching never changes a translation), a shortlist of the
-whole vocabulary changes nothing, and the Translator reads ``decoding.shortlist`` once."""
+"""Greedy and beam search over a vocabulary shortlist: the model scores the union of the candidates
+of each group of sentences, each sentence only its own (so batching never changes a translation), a
+shortlist of the whole vocabulary changes nothing, and the Translator reads ``decoding.shortlist``
+once."""
 
 from __future__ import annotations
 
