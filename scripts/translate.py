@@ -31,6 +31,7 @@ def main(cfg: DictConfig) -> None:
         backend=cfg.backend,
         ct2_model=cfg.ct2_model,
         ct2_threads=(cfg.ct2_inter_threads, cfg.ct2_intra_threads),
+        workers=cfg.workers,
     )
     decoding = translator.decoding_with(cfg.decoding)
     if cfg.alignments:

@@ -32,8 +32,9 @@ from nmt.ct2.backend import CT2Backend
 from nmt.decoding import Hypothesis, translate_ids
 from nmt.errors import NMTError
 from nmt.models.ensemble import Ensemble
+from nmt.shortlist import build_shortlist
 from nmt.tokenizer import train_tokenizer
-from nmt.translator import Translator
+from nmt.translator import ProcessesBackend, Translator
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -178,6 +179,39 @@ def test_load_backend_checks_its_settings(translator):
         load_backend("onnx", None, model, tokenizer, CPU, 32)
     with pytest.raises(NMTError, match="needs ct2_model=DIR"):
         load_backend("ct2", None, model, tokenizer, CPU, 32)
+
+
+def test_workers_decode_in_processes_what_one_process_decodes(checkpoint, translator, tmp_path):
+    """workers=2: the batches go to two single-threaded processes; the n-best lists are those of one
+    process (within float rounding), in input order, with target prefixes and a shortlist alike."""
+    lines = [EN[i % len(EN)] + " and" * (i % 5) for i in range(40)] + [""]
+    tokenizer = translator.tokenizer
+    pairs = tokenizer.encode_src(EN), tokenizer.encode_tgt(DE)
+    shortlist = build_shortlist(*pairs, tokenizer, k=3, frequent=2)
+    shortlist.save(tmp_path / shortlist.filename())
+    parallel = Translator.from_checkpoint(str(checkpoint), CPU, workers=2)
+    assert isinstance(parallel.backend, ProcessesBackend) and parallel.has_attention
+    prefixes = ["die" if i % 4 == 0 else "" for i in range(len(lines))]
+    for overrides in (
+        DecodingOverrides(beam_size=3, nbest=2, max_tokens=60),  # many small batches, more than workers
+        DecodingOverrides(beam_size=1, shortlist=str(tmp_path / shortlist.filename())),  # one batch
+    ):
+        decoding = translator.decoding_with(overrides)
+        for given in (None, prefixes):
+            here = translator.hypotheses(lines, decoding, prefixes=given)
+            there = parallel.hypotheses(lines, parallel.decoding_with(overrides), prefixes=given)
+            assert [[h.tokens for h in hs] for hs in there] == [[h.tokens for h in hs] for hs in here]
+            for mine, theirs in zip(here, there):
+                assert [h.score for h in theirs] == pytest.approx([h.score for h in mine], abs=1e-5)
+
+
+def test_workers_are_checked_before_anything_starts(checkpoint):
+    with pytest.raises(NMTError, match="workers=0: must be >= 1"):
+        Translator.from_checkpoint(str(checkpoint), CPU, workers=0)
+    with pytest.raises(NMTError, match="workers=2 is for backend=torch; backend=ct2 decodes in parallel"):
+        Translator.from_checkpoint(str(checkpoint), CPU, backend="ct2", workers=2)
+    with pytest.raises(NMTError, match="workers=2 decodes in CPU processes; on device cuda use workers=1"):
+        Translator.from_checkpoint(str(checkpoint), torch.device("cuda"), workers=2)
 
 
 # ------------------------------------------------------------------------------------ info, attention

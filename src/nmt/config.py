@@ -386,7 +386,16 @@ class InferenceConfig:
 
 
 @dataclass
-class EvaluateConfig(InferenceConfig):
+class DecodeConfig(InferenceConfig):
+    """What the scripts that decode many sentences take besides: evaluate.py and translate.py."""
+
+    # backend=torch on a CPU: decode in this many single-threaded processes (each loads the model),
+    # faster than one process of as many threads (docs/speed.md); 1 = here, on torch's threads
+    workers: int = 1
+
+
+@dataclass
+class EvaluateConfig(DecodeConfig):
     data: EvalDataConfig = field(default_factory=EvalDataConfig)
     eval: EvalFilesConfig = field(default_factory=EvalFilesConfig)
     prefix_file: str | None = None  # target prefixes, a line per source (empty = none): outputs start so
@@ -394,7 +403,7 @@ class EvaluateConfig(InferenceConfig):
 
 
 @dataclass
-class TranslateConfig(InferenceConfig):
+class TranslateConfig(DecodeConfig):
     input: str | None = None  # file; default stdin
     output: str | None = None  # file; default stdout
     batch_sentences: int = 64

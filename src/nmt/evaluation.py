@@ -76,7 +76,9 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     check_metrics(cfg.eval.metrics)  # a typo must not cost a whole decode
     device = select_device(cfg.device)
     threads = (cfg.ct2_inter_threads, cfg.ct2_intra_threads)
-    translator = Translator.from_checkpoint(cfg.checkpoint, device, cfg.backend, cfg.ct2_model, threads)
+    translator = Translator.from_checkpoint(
+        cfg.checkpoint, device, cfg.backend, cfg.ct2_model, threads, workers=cfg.workers
+    )
     if cfg.alignments:
         translator.require_attention("alignments=true")  # before the decode
     decoding = translator.decoding_with(cfg.decoding)

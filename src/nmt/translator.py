@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
+from multiprocessing.connection import Connection, wait
 from typing import Any, BinaryIO, TextIO
 
 import torch
@@ -91,9 +93,12 @@ class Translator:
         backend: str = "torch",
         ct2_model: str | None = None,
         ct2_threads: tuple[int, int] = (0, 0),
+        workers: int = 1,
     ) -> Translator:
         """A path, or a list of paths: an ensemble, with the first checkpoint's settings (decoding,
-        data) and the shortest ``max_positions`` of its models."""
+        data) and the shortest ``max_positions`` of its models. ``workers`` > 1: ``backend=torch``
+        decodes on the CPU in that many single-threaded processes (:class:`ProcessesBackend`)."""
+        check_workers(workers, backend, device)
         paths = checkpoint_paths(checkpoint)
         ckpt = load_checkpoint(paths[0])
         model, tokenizer, cfg = model_from_checkpoint(ckpt, device)
@@ -102,6 +107,8 @@ class Translator:
             decoder = load_backend(
                 backend, ct2_model, model, tokenizer, device, cfg.model.max_positions, ct2_threads
             )
+            if workers > 1:
+                decoder = ProcessesBackend(model, tokenizer, cfg.model.max_positions, checkpoint, workers)
             return cls(model, tokenizer, cfg, decoder, step)
         if backend != "torch":
             raise NMTError(f"backend={backend} decodes one model: an ensemble needs backend=torch")
@@ -124,6 +131,8 @@ class Translator:
             cfg = replace(cfg, model=replace(cfg.model, max_positions=positions))
         ensemble = Ensemble(models).eval()
         decoder = TorchBackend(ensemble, tokenizer, device, cfg.model.max_positions)
+        if workers > 1:
+            decoder = ProcessesBackend(ensemble, tokenizer, cfg.model.max_positions, checkpoint, workers)
         return cls(ensemble, tokenizer, cfg, decoder)
 
     def info(self) -> dict[str, Any]:
@@ -449,3 +458,108 @@ def _write(target: TextIO, lines: list[str]) -> None:
 def where(i: int, first_line: int, item: str | None) -> str:
     """How a refusal names the i-th text of a batch: the line of an input file, or a request's ``item[i]``."""
     return f"line {first_line + i}" if item is None else f"{item}[{i}]"
+
+
+def check_workers(workers: int, backend: str, device: torch.device) -> None:
+    """One line for a ``workers`` setting that cannot be: fewer than 1, or several where they do not
+    apply (CTranslate2 has its own ``ct2_inter_threads``; a GPU decodes in one process)."""
+    if workers < 1:
+        raise NMTError(f"workers={workers}: must be >= 1")
+    if workers > 1 and backend != "torch":
+        raise NMTError(
+            f"workers={workers} is for backend=torch; backend={backend} decodes in parallel with "
+            "ct2_inter_threads"
+        )
+    if workers > 1 and device.type != "cpu":
+        raise NMTError(f"workers={workers} decodes in CPU processes; on device {device.type} use workers=1")
+
+
+def _decoding_worker(checkpoint: Any, conn: Connection) -> None:
+    """One of :class:`ProcessesBackend`'s processes: the checkpoint's torch backend on one thread, decoding
+    the batches it is sent until it is sent None."""
+    torch.set_num_threads(1)
+    try:
+        backend = Translator.from_checkpoint(checkpoint, torch.device("cpu")).backend
+    except Exception as e:  # the parent raises it, in one line
+        conn.send(("error", f"a decoding worker could not load the checkpoint: {e}"))
+        return
+    conn.send(("ready", None))
+    while (job := conn.recv()) is not None:
+        sources, cfg, prefixes = job
+        try:
+            conn.send(("done", backend.translate_ids(sources, cfg, prefixes=prefixes)))
+        except Exception as e:  # the parent raises it, in one line
+            conn.send(("error", f"a decoding worker failed: {e}"))
+
+
+class ProcessesBackend(TorchBackend):
+    """``backend=torch`` decoding in ``workers`` single-threaded processes (``workers=N`` of
+    ``translate.py`` and ``evaluate.py``): the search's small matrix products do not share well between
+    threads, so on a CPU N processes of one thread decode faster than one process of N threads
+    (docs/speed.md). Each process loads the checkpoint once; the length-sorted batches go to whichever
+    process is free, and the results come back in input order, the same as decoded here. Scoring
+    and attention run in this process, as in :class:`TorchBackend`."""
+
+    def __init__(
+        self, model: Seq2Seq, tokenizer: Tokenizer, max_positions: int, checkpoint: Any, workers: int
+    ):
+        super().__init__(model, tokenizer, torch.device("cpu"), max_positions)
+        context = multiprocessing.get_context("spawn")  # nothing of this process' threads is inherited
+        self.conns: list[Connection] = []
+        for _ in range(workers):
+            mine, theirs = context.Pipe()
+            context.Process(target=_decoding_worker, args=(checkpoint, theirs), daemon=True).start()
+            self.conns.append(mine)
+        for conn in self.conns:
+            self._receive(conn)
+
+    @staticmethod
+    def _receive(conn: Connection) -> Any:
+        try:
+            kind, value = conn.recv()
+        except EOFError:
+            raise NMTError("a decoding worker process stopped unexpectedly") from None
+        if kind == "error":
+            raise NMTError(value)
+        return value
+
+    def translate_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        cfg: DecodingConfig,
+        progress: bool = False,
+        prefixes: Sequence[Sequence[int]] | None = None,
+    ) -> list[list[Hypothesis]]:
+        source_tokens = max(1, cfg.max_tokens // max(cfg.beam_size, 1))
+        batches = list(length_sorted_batches([len(s) + 1 for s in sources], source_tokens))
+        if len(batches) < len(self.conns):  # fewer batches than processes: a share of each length each
+            order = [i for batch in batches for i in batch]
+            batches = [order[w :: len(self.conns)] for w in range(len(self.conns))]
+        results: list[list[Hypothesis]] = [[] for _ in sources]
+        todo, busy = iter(batch for batch in batches if batch), {}
+        with tqdm(total=len(sources), disable=not progress, desc="decoding", unit="sent") as bar:
+            for conn in self.conns:
+                self._send(conn, next(todo, None), sources, cfg, prefixes, busy)
+            while busy:
+                for conn in wait(list(busy)):
+                    batch = busy.pop(conn)
+                    for i, hyps in zip(batch, self._receive(conn)):
+                        results[i] = hyps
+                    bar.update(len(batch))
+                    self._send(conn, next(todo, None), sources, cfg, prefixes, busy)
+        return results
+
+    @staticmethod
+    def _send(
+        conn: Connection,
+        batch: list[int] | None,
+        sources: Sequence[Sequence[int]],
+        cfg: DecodingConfig,
+        prefixes: Sequence[Sequence[int]] | None,
+        busy: dict,
+    ) -> None:
+        if batch is None:
+            return
+        forced = [prefixes[i] for i in batch] if prefixes is not None else None
+        conn.send(([list(sources[i]) for i in batch], cfg, forced))
+        busy[conn] = batch
