@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
+import os
 import subprocess
 import sys
 from dataclasses import asdict
@@ -184,6 +185,8 @@ def test_load_backend_checks_its_settings(translator):
 def test_workers_decode_in_processes_what_one_process_decodes(checkpoint, translator, tmp_path):
     """workers=2: the batches go to two single-threaded processes; the n-best lists are those of one
     process (within float rounding), in input order, with target prefixes and a shortlist alike."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("two decoding processes need two CPU cores")
     lines = [EN[i % len(EN)] + " and" * (i % 5) for i in range(40)] + [""]
     tokenizer = translator.tokenizer
     pairs = tokenizer.encode_src(EN), tokenizer.encode_tgt(DE)
@@ -208,6 +211,9 @@ def test_workers_decode_in_processes_what_one_process_decodes(checkpoint, transl
 def test_workers_are_checked_before_anything_starts(checkpoint):
     with pytest.raises(NMTError, match="workers=0: must be >= 1"):
         Translator.from_checkpoint(str(checkpoint), CPU, workers=0)
+    too_many = (os.cpu_count() or 1) + 1
+    with pytest.raises(NMTError, match=f"workers={too_many}: more than the {too_many - 1} CPU cores here"):
+        Translator.from_checkpoint(str(checkpoint), CPU, workers=too_many)
     with pytest.raises(NMTError, match="workers=2 is for backend=torch; backend=ct2 decodes in parallel"):
         Translator.from_checkpoint(str(checkpoint), CPU, backend="ct2", workers=2)
     with pytest.raises(NMTError, match="workers=2 decodes in CPU processes; on device cuda use workers=1"):

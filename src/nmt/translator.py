@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing
+import os
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -465,6 +467,9 @@ def check_workers(workers: int, backend: str, device: torch.device) -> None:
     apply (CTranslate2 has its own ``ct2_inter_threads``; a GPU decodes in one process)."""
     if workers < 1:
         raise NMTError(f"workers={workers}: must be >= 1")
+    cores = os.cpu_count() or 1
+    if workers > cores:
+        raise NMTError(f"workers={workers}: more than the {cores} CPU cores here (each loads the model)")
     if workers > 1 and backend != "torch":
         raise NMTError(
             f"workers={workers} is for backend=torch; backend={backend} decodes in parallel with "
@@ -478,13 +483,20 @@ def _decoding_worker(checkpoint: Any, conn: Connection) -> None:
     """One of :class:`ProcessesBackend`'s processes: the checkpoint's torch backend on one thread, decoding
     the batches it is sent until it is sent None."""
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops us
     try:
         backend = Translator.from_checkpoint(checkpoint, torch.device("cpu")).backend
     except Exception as e:  # the parent raises it, in one line
         conn.send(("error", f"a decoding worker could not load the checkpoint: {e}"))
         return
     conn.send(("ready", None))
-    while (job := conn.recv()) is not None:
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:  # the parent has gone (it exited): so do we
+            return
+        if job is None:
+            return
         sources, cfg, prefixes = job
         try:
             conn.send(("done", backend.translate_ids(sources, cfg, prefixes=prefixes)))
