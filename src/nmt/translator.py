@@ -11,6 +11,7 @@ alignments read off the cross-attention (:meth:`Translator.align`, :mod:`nmt.ali
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import multiprocessing
@@ -524,6 +525,13 @@ class ProcessesBackend(TorchBackend):
             self.conns.append(mine)
         for conn in self.conns:
             self._receive(conn)
+
+    def close(self) -> None:
+        """Stop the processes (they also stop when this process exits)."""
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        self.conns = []
 
     @staticmethod
     def _receive(conn: Connection) -> Any:

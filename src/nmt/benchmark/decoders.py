@@ -4,7 +4,8 @@ One process times every row on the same sentences, in rotating order over the re
 changes on a shared machine hit all rows alike:
 
 - PyTorch (``backend=torch``) on each of ``torch_threads`` intra-op threads, and as ``torch_processes``
-  single-threaded processes that each decode a share of the sentences (what ``serve.workers`` does);
+  single-threaded processes (``workers=N`` of ``evaluate.py`` and ``translate.py``, what
+  ``serve.workers`` does for the service);
   each also over the vocabulary ``shortlist`` if one is given;
 - CTranslate2 called directly, the one plain call a CTranslate2 user makes
   (:func:`nmt.benchmark.ct2_speed.direct`), at each ``ct2_layouts`` thread layout, without a
@@ -18,7 +19,6 @@ the BLEU of its output, so a speed-up that costs quality shows beside it.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import statistics
 import time
@@ -35,7 +35,7 @@ from nmt.ct2.backend import CT2Backend
 from nmt.errors import NMTError
 from nmt.evaluation import evaluation_text
 from nmt.metrics import corpus_scores
-from nmt.translator import Translator
+from nmt.translator import ProcessesBackend, Translator
 
 CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA")
 
@@ -46,53 +46,11 @@ class Row:
     decode: Callable[[list[list[int]]], list[list[int]]]  # source ids -> best hypothesis' target ids
 
 
-def _worker(checkpoint: str, conn: Any) -> None:
-    """A single-threaded PyTorch decoder in its own process: (sources, settings) in, best ids out."""
-    torch.set_num_threads(1)
-    translator = Translator.from_checkpoint(checkpoint, torch.device("cpu"))
-    conn.send("ready")
-    while (job := conn.recv()) is not None:
-        sources, cfg = job
-        conn.send([hyps[0].tokens for hyps in translator.backend.translate_ids(sources, cfg)])
-
-
-class Processes:
-    """``count`` single-threaded PyTorch decoders; a batch is split between them by length, round robin,
-    so that each gets sentences of every length."""
-
-    def __init__(self, checkpoint: str, count: int):
-        context = multiprocessing.get_context("spawn")
-        self.conns, self.procs = [], []
-        for _ in range(count):
-            mine, theirs = context.Pipe()
-            proc = context.Process(target=_worker, args=(checkpoint, theirs), daemon=True)
-            proc.start()
-            self.conns.append(mine)
-            self.procs.append(proc)
-        for conn in self.conns:
-            if conn.recv() != "ready":
-                raise NMTError("a decoding process did not start")
-
-    def decode(self, sources: list[list[int]], cfg: DecodingConfig) -> list[list[int]]:
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-        shares = [order[w :: len(self.conns)] for w in range(len(self.conns))]
-        for conn, share in zip(self.conns, shares):
-            conn.send(([sources[i] for i in share], cfg))
-        out: list[list[int]] = [[] for _ in sources]
-        for conn, share in zip(self.conns, shares):
-            for i, ids in zip(share, conn.recv()):
-                out[i] = ids
-        return out
-
-    def close(self) -> None:
-        for conn in self.conns:
-            conn.send(None)
-        for proc in self.procs:
-            proc.join(timeout=30)
-
-
 def build_rows(
-    cfg: DecodersSpeedConfig, translator: Translator, decoding: DecodingConfig, processes: Processes | None
+    cfg: DecodersSpeedConfig,
+    translator: Translator,
+    decoding: DecodingConfig,
+    processes: ProcessesBackend | None,
 ) -> list[Row]:
     searches = {"": decoding}
     if cfg.shortlist:
@@ -110,7 +68,9 @@ def build_rows(
             rows.append(
                 Row(
                     f"PyTorch, {len(processes.conns)} processes x 1 thread{suffix}",
-                    lambda sources, search=search: processes.decode(sources, search),
+                    lambda sources, search=search: [
+                        h[0].tokens for h in processes.translate_ids(sources, search)
+                    ],
                 )
             )
     tokenizer = translator.tokenizer
@@ -156,7 +116,9 @@ def run_decoders_speed(cfg: DecodersSpeedConfig) -> dict[str, Any]:
     refs = [refs[i] for i in keep]
     decoding = translator.decoding_with(cfg.decoding)
     machine = hardware(cpu)
-    processes = Processes(cfg.checkpoint, cfg.torch_processes) if cfg.torch_processes > 1 else None
+    processes = None
+    if cfg.torch_processes > 1:  # what workers=N of evaluate.py and translate.py run
+        processes = Translator.from_checkpoint(cfg.checkpoint, cpu, workers=cfg.torch_processes).backend
     try:
         rows = build_rows(cfg, translator, decoding, processes)
         for row in rows:  # warm up: first calls allocate, load kernels, fill caches
