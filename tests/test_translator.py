@@ -207,6 +207,20 @@ def test_workers_decode_in_processes_what_one_process_decodes(checkpoint, transl
             for mine, theirs in zip(here, there):
                 assert [h.score for h in theirs] == pytest.approx([h.score for h in mine], abs=1e-5)
 
+    # a worker's error comes back in one line, and the next call gets its own answers, not stale ones
+    other = tmp_path / "other.json"
+    shortlist.save(other)
+    failing = parallel.decoding_with(DecodingOverrides(beam_size=2, max_tokens=60, shortlist=str(other)))
+    other.unlink()  # read here by decoding_with; the workers read it at their first use
+    with pytest.raises(NMTError, match="a decoding worker failed: shortlist not found"):
+        parallel.hypotheses(lines, failing)
+    plain = translator.decoding_with(DecodingOverrides(beam_size=2, max_tokens=60))
+    again, alone = parallel.hypotheses(lines, plain), translator.hypotheses(lines, plain)
+    assert [[h.tokens for h in hs] for hs in again] == [[h.tokens for h in hs] for hs in alone]
+    parallel.backend.close()
+    with pytest.raises(NMTError, match="the decoding worker processes were closed"):
+        parallel.hypotheses(lines, plain)
+
 
 def test_workers_are_checked_before_anything_starts(checkpoint):
     with pytest.raises(NMTError, match="workers=0: must be >= 1"):

@@ -550,6 +550,8 @@ class ProcessesBackend(TorchBackend):
         progress: bool = False,
         prefixes: Sequence[Sequence[int]] | None = None,
     ) -> list[list[Hypothesis]]:
+        if not self.conns:
+            raise NMTError("the decoding worker processes were closed")
         source_tokens = max(1, cfg.max_tokens // max(cfg.beam_size, 1))
         batches = list(length_sorted_batches([len(s) + 1 for s in sources], source_tokens))
         if len(batches) < len(self.conns):  # fewer batches than processes: a share of each length each
@@ -563,11 +565,24 @@ class ProcessesBackend(TorchBackend):
             while busy:
                 for conn in wait(list(busy)):
                     batch = busy.pop(conn)
-                    for i, hyps in zip(batch, self._receive(conn)):
+                    try:
+                        found = self._receive(conn)
+                    except NMTError:
+                        self._drain(busy)  # so that no stale answer is read by the next call
+                        raise
+                    for i, hyps in zip(batch, found):
                         results[i] = hyps
                     bar.update(len(batch))
                     self._send(conn, next(todo, None), sources, cfg, prefixes, busy)
         return results
+
+    @staticmethod
+    def _drain(busy: dict) -> None:
+        """Wait for the answers of the batches still out, and drop them."""
+        for conn in busy:
+            with contextlib.suppress(EOFError, OSError):
+                conn.recv()
+        busy.clear()
 
     @staticmethod
     def _send(
