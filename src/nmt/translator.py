@@ -38,7 +38,7 @@ from nmt.config import (
     checkpoint_paths,
     merge_decoding,
 )
-from nmt.decoding import Hypothesis, hypothesis, length_sorted_batches
+from nmt.decoding import Hypothesis, batch_source_tokens, hypothesis, length_sorted_batches
 from nmt.decoding.common import length_budget
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, count_parameters
@@ -107,11 +107,11 @@ class Translator:
         model, tokenizer, cfg = model_from_checkpoint(ckpt, device)
         if len(paths) == 1:
             step = ckpt.get("progress", {}).get("step")
-            decoder = load_backend(
-                backend, ct2_model, model, tokenizer, device, cfg.model.max_positions, ct2_threads
-            )
+            positions = cfg.model.max_positions
             if workers > 1:
-                decoder = ProcessesBackend(model, tokenizer, cfg.model.max_positions, checkpoint, workers)
+                decoder = ProcessesBackend(model, tokenizer, positions, checkpoint, workers)
+            else:
+                decoder = load_backend(backend, ct2_model, model, tokenizer, device, positions, ct2_threads)
             return cls(model, tokenizer, cfg, decoder, step)
         if backend != "torch":
             raise NMTError(f"backend={backend} decodes one model: an ensemble needs backend=torch")
@@ -133,9 +133,11 @@ class Translator:
             positions = min(cfg.model.max_positions, other_cfg.model.max_positions)
             cfg = replace(cfg, model=replace(cfg.model, max_positions=positions))
         ensemble = Ensemble(models).eval()
-        decoder = TorchBackend(ensemble, tokenizer, device, cfg.model.max_positions)
+        positions = cfg.model.max_positions
         if workers > 1:
-            decoder = ProcessesBackend(ensemble, tokenizer, cfg.model.max_positions, checkpoint, workers)
+            decoder = ProcessesBackend(ensemble, tokenizer, positions, checkpoint, workers)
+        else:
+            decoder = TorchBackend(ensemble, tokenizer, device, positions)
         return cls(ensemble, tokenizer, cfg, decoder)
 
     def info(self) -> dict[str, Any]:
@@ -552,8 +554,7 @@ class ProcessesBackend(TorchBackend):
     ) -> list[list[Hypothesis]]:
         if not self.conns:
             raise NMTError("the decoding worker processes were closed")
-        source_tokens = max(1, cfg.max_tokens // max(cfg.beam_size, 1))
-        batches = list(length_sorted_batches([len(s) + 1 for s in sources], source_tokens))
+        batches = list(length_sorted_batches([len(s) + 1 for s in sources], batch_source_tokens(cfg)))
         if len(batches) < len(self.conns):  # fewer batches than processes: a share of each length each
             order = [i for batch in batches for i in batch]
             batches = [order[w :: len(self.conns)] for w in range(len(self.conns))]

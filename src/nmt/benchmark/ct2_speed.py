@@ -35,7 +35,7 @@ from nmt.config import BenchConfig, CT2SpeedConfig, DecodingConfig, TrainConfig
 from nmt.ct2.backend import CT2Backend, ct2_length_penalty, length_budget
 from nmt.ct2.export import check_exportable, check_quantization, export_model
 from nmt.ct2.format import require_ctranslate2
-from nmt.decoding import Hypothesis, length_penalty
+from nmt.decoding import Hypothesis, batch_source_tokens, length_penalty
 from nmt.errors import NMTError
 from nmt.evaluation import evaluation_text
 from nmt.models import Transformer
@@ -137,7 +137,7 @@ def direct(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig) ->
         max_decoding_length=max(length_budget(n, cfg, backend.max_positions - 1) for n in lengths),
         disable_unk=cfg.no_unk,
         return_scores=True,
-        max_batch_size=backend._batch_tokens(cfg),
+        max_batch_size=batch_source_tokens(cfg),
         batch_type="tokens",
     )
     return [r.hypotheses[0] for r in results]
@@ -161,7 +161,7 @@ def per_length(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig
             max_decoding_length=length_budget(n + 1, cfg, backend.max_positions - 1),
             disable_unk=cfg.no_unk,
             return_scores=True,
-            max_batch_size=backend._batch_tokens(cfg),
+            max_batch_size=batch_source_tokens(cfg),
             batch_type="tokens",
         )
         calls.append((idx, pending, lp))

@@ -79,7 +79,7 @@ from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
 from nmt.ct2.format import file_digest, read_export_info, require_ctranslate2
-from nmt.decoding import Hypothesis, hypothesis
+from nmt.decoding import Hypothesis, batch_source_tokens, hypothesis
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, PAD_ID
 from nmt.tokenizer import Tokenizer
@@ -273,7 +273,7 @@ class CT2Backend:
             disable_unk=cfg.no_unk,
             suppress_sequences=self.suppress if suppress else None,
             return_scores=True,
-            max_batch_size=self._batch_tokens(cfg),
+            max_batch_size=batch_source_tokens(cfg),  # CTranslate2's batch size in source tokens
             batch_type="tokens",
             max_input_length=0,
             no_repeat_ngram_size=cfg.no_repeat_ngram,
@@ -316,11 +316,6 @@ class CT2Backend:
         """Tokens per scoring batch: ``max_tokens``, on a CPU capped to keep the batch's log-probabilities
         within :data:`SCORE_BATCH_FLOATS`."""
         return min(max_tokens, max(1, SCORE_BATCH_FLOATS // len(self.pieces))) if self.cpu else max_tokens
-
-    @staticmethod
-    def _batch_tokens(cfg: DecodingConfig) -> int:
-        """CTranslate2's batch size in source tokens: ``decoding.max_tokens`` counts them times the beam."""
-        return max(1, cfg.max_tokens // max(cfg.beam_size, 1))
 
 
 def length_budget(src_len: int, cfg: DecodingConfig, limit: int) -> int:

@@ -27,6 +27,7 @@ n-gram of the hypothesis (fairseq's and Hugging Face's ``no_repeat_ngram_size``)
 from nmt.decoding.beam import beam_search
 from nmt.decoding.common import (
     Hypothesis,
+    batch_source_tokens,
     block_repeated_ngrams,
     hypothesis,
     length_penalty,
@@ -44,6 +45,7 @@ _mask_logits = mask_logits  # its former name, still imported by code written ag
 __all__ = [
     "Hypothesis",
     "Score",
+    "batch_source_tokens",
     "beam_search",
     "block_repeated_ngrams",
     "greedy_search",

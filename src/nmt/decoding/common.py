@@ -291,6 +291,11 @@ def check_prefixes(
             )
 
 
+def batch_source_tokens(cfg: DecodingConfig) -> int:
+    """Source tokens per decoding batch: ``decoding.max_tokens`` counts them times the beam size."""
+    return max(1, cfg.max_tokens // max(cfg.beam_size, 1))
+
+
 def length_sorted_batches(lengths: Sequence[int], max_tokens: int) -> Iterator[list[int]]:
     """Indices grouped by similar length, longest first, each group within ``max_tokens`` (padded)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])

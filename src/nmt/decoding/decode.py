@@ -13,6 +13,7 @@ from nmt.config import DecodingConfig
 from nmt.decoding.beam import beam_search
 from nmt.decoding.common import (
     Hypothesis,
+    batch_source_tokens,
     check_prefixes,
     check_shortlist,
     length_budget,
@@ -76,8 +77,7 @@ def translate_ids(
     wanted = [bool(s) or bool(prefixes and prefixes[i]) for i, s in enumerate(sources)]
     results = [[] if want else [Hypothesis([], 0.0, 0.0)] for want in wanted]
     todo = [i for i, want in enumerate(wanted) if want]
-    source_tokens = max(1, cfg.max_tokens // max(cfg.beam_size, 1))  # per batch, before the beam
-    batches = list(length_sorted_batches([len(sources[i]) + 1 for i in todo], source_tokens))
+    batches = list(length_sorted_batches([len(sources[i]) + 1 for i in todo], batch_source_tokens(cfg)))
     with tqdm(total=len(sources), disable=not progress, desc="decoding", unit="sent") as bar:
         bar.update(len(sources) - len(todo))
         for batch in batches:
