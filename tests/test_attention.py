@@ -20,7 +20,14 @@ from nmt.decoding import beam_search, greedy_search, pad_batch
 from nmt.errors import NMTError
 from nmt.models import Transformer, kv_cache_bytes
 from nmt.models import attention as attention_module
-from nmt.models.attention import AdditiveAttention, DotProductAttention, build_attention, rotary
+from nmt.models.attention import (
+    AdditiveAttention,
+    DotProductAttention,
+    build_attention,
+    gather_append,
+    rotary,
+)
+from nmt.models.base import LazyRows, reorder_state
 from nmt.special import BOS_ID, EOS_ID, PAD_ID
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -127,8 +134,22 @@ def test_cached_incremental_self_attention_equals_full_causal():
     steps = [
         attn(x[:, i : i + 1], x[:, i : i + 1], x[:, i : i + 1], causal=True, cache=cache)[0] for i in range(5)
     ]
-    assert cache["k"].shape[2] == 5
+    assert cache["k"].size(2) == 5
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+def test_a_reordered_cache_takes_its_rows_when_the_next_step_appends():
+    """``reorder`` only records the rows (two reorders compose into one selection); the next step's
+    keys are appended to exactly those rows, in the order given, repeats included."""
+    g = torch.Generator().manual_seed(0)
+    keys, new = torch.randn(4, 2, 3, 5, generator=g), torch.randn(3, 2, 1, 5, generator=g)
+    first, then = torch.tensor([3, 3, 0, 1]), torch.tensor([2, 0, 1])
+    cached = reorder_state({"k": LazyRows(keys)}, first)
+    cached = reorder_state(cached, then)["k"]
+    assert cached.tensor is keys and cached.size(0) == 3 and cached.size(2) == 3  # nothing copied yet
+    expected = torch.cat([keys[first][then], new], dim=2)
+    assert torch.equal(gather_append(cached, new), expected)
+    assert torch.equal(gather_append(LazyRows(keys[first][then]), new), expected)  # nothing to select
 
 
 @torch.no_grad()
@@ -174,11 +195,11 @@ def test_rope_self_attention_rotates_by_the_positions_after_the_cache():
     x = torch.randn(2, 5, 16)
     alone, _ = attn(x, x, x, causal=True)
     for shift in (1, 4):
-        cache = {"k": torch.randn(2, 2, shift, 4), "v": torch.randn(2, 2, shift, 4)}
+        cache = {"k": LazyRows(torch.randn(2, 2, shift, 4)), "v": LazyRows(torch.randn(2, 2, shift, 4))}
         hidden = torch.cat([torch.ones(2, shift, dtype=torch.bool), torch.zeros(2, 5, dtype=torch.bool)], 1)
         shifted, _ = attn(x, x, x, causal=True, cache=cache, key_padding_mask=hidden)
         torch.testing.assert_close(shifted, alone, rtol=0, atol=1e-5)
-        assert cache["k"].shape == (2, 2, shift + 5, 4)
+        assert cache["k"].take().shape == (2, 2, shift + 5, 4)
 
 
 def test_rope_angles_are_tabled_once_and_positions_past_the_table_still_rotate():
@@ -384,7 +405,7 @@ def test_the_cache_holds_kv_heads_and_is_as_large_as_kv_cache_bytes_says(cfg):
     kv_heads = cfg.kv_heads or cfg.heads
     # per layer: the hypotheses' self-attention cache and the sentences' cross-attention cache
     pairs = zip(state["self"], state["sentence"]["cross"])
-    caches = [{"self": own, "cross": shared} for own, shared in pairs]
+    caches = [{"self": {name: t.take() for name, t in own.items()}, "cross": shared} for own, shared in pairs]
     for layer in caches:
         for role, length in (("self", steps), ("cross", src.size(1))):
             assert layer[role]["k"].shape[:3] == (3, kv_heads, length)

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from nmt.errors import NMTError
+from nmt.models.base import LazyRows
 
 # F.scaled_dot_product_attention shares key/value heads among query heads itself from torch 2.5 on.
 SDPA_GQA = torch.__version__ >= "2.5"
@@ -169,10 +170,16 @@ class Attention(nn.Module):
         k, v = self._split(key, self.kv_heads), self._split(value, self.kv_heads)
         if self.rope_base is not None:
             k = self.rotate(k, offset)
-        if cache is not None:
-            if not self.cross and "k" in cache:
-                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+        if cache is None:
+            return k, v
+        if self.cross:
             cache["k"], cache["v"] = k, v
+            return k, v
+        # Self-attention: the cache grows by this step's keys/values; its rows, reordered by the search
+        # since the last step, are taken in the same copy.
+        if "k" in cache:
+            k, v = gather_append(cache["k"], k), gather_append(cache["v"], v)
+        cache["k"], cache["v"] = LazyRows(k), LazyRows(v)
         return k, v
 
     def expand_kv(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -208,6 +215,20 @@ class Attention(nn.Module):
             key_padding_mask = key_padding_mask.repeat_interleave(share, dim=0)
         k, v = k.repeat_interleave(share, dim=0), v.repeat_interleave(share, dim=0)
         return self.attend(q, k, v, key_padding_mask, False, need_weights)
+
+
+def gather_append(past: LazyRows, new: Tensor) -> Tensor:
+    """``cat([past.take(), new], dim=2)``: on the CPU in one copy, the selected rows written straight
+    into the result (index_select + cat copy the cache twice; measured 1.6-1.9x slower at 4-32
+    positions, docs/speed.md). Elsewhere, and where autograd records (``out=`` has no gradient), the
+    two plain operations."""
+    if past.rows is None or new.device.type != "cpu" or torch.is_grad_enabled():
+        return torch.cat([past.take(), new], dim=2)
+    old = past.tensor.size(2)
+    out = new.new_empty(past.rows.size(0), new.size(1), old + new.size(2), new.size(3))
+    torch.index_select(past.tensor, 0, past.rows, out=out[:, :, :old])
+    out[:, :, old:] = new
+    return out
 
 
 def fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> tuple[Tensor, ...]:
@@ -263,23 +284,29 @@ class DotProductAttention(Attention):
         return out, weights if need_weights else None
 
     def attend_shared(self, q, k, v, key_padding_mask, need_weights, share):
-        """On CPU in fp32, the fused kernel takes the rows that share keys (beams) as query heads that
-        share a key/value head (grouped-query attention), padding mask included: each hypothesis and
-        head computes exactly what it computed with its own copy of the keys and values, without the
-        copy. On CUDA, grouped queries with a mask (decoding has one) may send SDPA to its math
-        kernel, which copies them anyway and is not the kernel the copies used: there, as on the
-        explicit path and on torch < 2.5 (no ``enable_gqa``), the copy stays."""
-        if need_weights or q.device.type != "cpu" or q.dtype != torch.float32 or not SDPA_GQA:
+        """On CPU in fp32, the fused kernel takes the ``share`` rows of a sentence (its beams) as more query
+        positions over the sentence's keys and values, padding mask included: one block of beams x
+        positions queries per sentence and head rather than one per beam, without copying the keys and
+        values (measured 1.5-1.8x faster than one query per beam, docs/speed.md). A sentence's beams get
+        the same numbers alone and in any batch (with a different row count the kernel's products may
+        round differently from a single hypothesis' in the last bits). On CUDA, grouped queries with a
+        mask (decoding has one) may send SDPA to its math kernel, which copies them anyway and is not
+        the kernel the copies used: there, as on the explicit path, the copy stays."""
+        if need_weights or q.device.type != "cpu" or q.dtype != torch.float32:
             return super().attend_shared(q, k, v, key_padding_mask, need_weights, share)
-        heads = q.size(1)
-        # (batch, heads * share, tgt, dim), head-major: query head h * share + j reads key/value head h.
-        grouped = q.unflatten(0, (-1, share)).transpose(1, 2).flatten(1, 2)
+        heads, tgt_len = q.size(1), q.size(2)
+        # (sentences, heads, share * tgt, dim): beam j's query t is position j * tgt + t.
+        folded = q.unflatten(0, (-1, share)).transpose(1, 2).flatten(2, 3)
         mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
         dropout = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(
-            grouped, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=True
-        )
-        return out.unflatten(1, (heads, share)).transpose(1, 2).flatten(0, 1), None
+        gqa = {}
+        if self.kv_heads != heads:
+            if SDPA_GQA:
+                gqa = {"enable_gqa": True}
+            else:
+                k, v = self.expand_kv(k, v)
+        out = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, dropout_p=dropout, **gqa)
+        return out.unflatten(2, (share, tgt_len)).transpose(1, 2).flatten(0, 1), None
 
 
 def softmax_combine(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:

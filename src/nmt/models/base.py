@@ -12,6 +12,9 @@ output, the cross-attention keys/values) a model may put into a :class:`PerSente
 state, so that beam search keeps it once per sentence instead of once per beam. The model only says
 which part that is; the search owns the layout (how many hypotheses each row serves, which
 sentences stay: :func:`select_sentences`), and ``reorder(state, beam_indices)`` moves hypotheses.
+A tensor that a step copies anyway (a key/value cache it appends to) may sit in the state as
+:class:`LazyRows`: ``reorder`` then only records which rows to take, and the step takes them in the
+copy it makes.
 """
 
 from __future__ import annotations
@@ -45,6 +48,28 @@ class PerSentence(dict):
     def with_parts(self, **parts: Any) -> PerSentence:
         """A copy with some parts replaced (the same layout)."""
         return PerSentence({**self, **parts}, self.beams)
+
+
+@dataclass(frozen=True, eq=False)
+class LazyRows:
+    """``tensor.index_select(0, rows)``, not taken yet: what ``reorder`` makes of it, so that the rows
+    of a tensor that the next step copies anyway are taken in that copy (a key/value cache gathers the
+    new beams' rows and appends the step's keys in one copy instead of two:
+    :func:`~nmt.models.attention.gather_append`). ``rows`` None: all of them, in order."""
+
+    tensor: Tensor
+    rows: Tensor | None = None
+
+    def select(self, indices: Tensor) -> LazyRows:
+        """These rows' ``indices``: one selection, however many reorders come before the next copy."""
+        return LazyRows(self.tensor, indices if self.rows is None else self.rows.index_select(0, indices))
+
+    def take(self) -> Tensor:
+        """The selected rows, as a tensor."""
+        return self.tensor if self.rows is None else self.tensor.index_select(0, self.rows)
+
+    def size(self, dim: int) -> int:
+        return self.tensor.size(dim) if dim != 0 or self.rows is None else self.rows.size(0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,10 +173,13 @@ class Seq2Seq(nn.Module):
 
 
 def reorder_state(state: Any, indices: Tensor) -> Any:
-    """Index the first dimension of every tensor in a nest of dicts/lists; other values pass through,
-    and so does a :class:`PerSentence` part that serves several hypotheses per row."""
+    """Index the first dimension of every tensor in a nest of dicts/lists (of a :class:`LazyRows`, only
+    record it); other values pass through, and so does a :class:`PerSentence` part that serves several
+    hypotheses per row."""
     if isinstance(state, Tensor):
         return state.index_select(0, indices) if state.dim() > 0 else state
+    if isinstance(state, LazyRows):
+        return state.select(indices)
     if isinstance(state, PerSentence):
         return state if state.beams > 1 else PerSentence(reorder_state(dict(state), indices))
     if isinstance(state, dict):
