@@ -109,7 +109,7 @@ class Translator:
             step = ckpt.get("progress", {}).get("step")
             positions = cfg.model.max_positions
             if workers > 1:
-                decoder = ProcessesBackend(model, tokenizer, positions, checkpoint, workers)
+                decoder = ProcessesBackend(model, tokenizer, positions, checkpoint, workers, threads=1)
             else:
                 decoder = load_backend(backend, ct2_model, model, tokenizer, device, positions, ct2_threads)
             return cls(model, tokenizer, cfg, decoder, step)
@@ -135,7 +135,7 @@ class Translator:
         ensemble = Ensemble(models).eval()
         positions = cfg.model.max_positions
         if workers > 1:
-            decoder = ProcessesBackend(ensemble, tokenizer, positions, checkpoint, workers)
+            decoder = ProcessesBackend(ensemble, tokenizer, positions, checkpoint, workers, threads=1)
         else:
             decoder = TorchBackend(ensemble, tokenizer, device, positions)
         return cls(ensemble, tokenizer, cfg, decoder)
@@ -482,10 +482,10 @@ def check_workers(workers: int, backend: str, device: torch.device) -> None:
         raise NMTError(f"workers={workers} decodes in CPU processes; on device {device.type} use workers=1")
 
 
-def _decoding_worker(checkpoint: Any, conn: Connection) -> None:
-    """One of :class:`ProcessesBackend`'s processes: the checkpoint's torch backend on one thread, decoding
-    the batches it is sent until it is sent None."""
-    torch.set_num_threads(1)
+def _decoding_worker(checkpoint: Any, threads: int, conn: Connection) -> None:
+    """One of :class:`ProcessesBackend`'s processes: the checkpoint's torch backend on ``threads``
+    intra-op threads, decoding the batches it is sent until it is sent None."""
+    torch.set_num_threads(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops us
     try:
         backend = Translator.from_checkpoint(checkpoint, torch.device("cpu")).backend
@@ -513,17 +513,28 @@ class ProcessesBackend(TorchBackend):
     threads, so on a CPU N processes of one thread decode faster than one process of N threads
     (docs/speed.md). Each process loads the checkpoint once; the length-sorted batches go to whichever
     process is free, and the results come back in input order, the same as decoded here. Scoring
-    and attention run in this process, as in :class:`TorchBackend`."""
+    and attention run in this process, as in :class:`TorchBackend`.
+
+    ``threads`` > 1 (one process of several threads) is for the benchmark that times torch's own
+    threads beside CTranslate2: in a process where CTranslate2 has run a team of OpenMP threads,
+    torch's intra-op threads then decode 1.3-1.4x slower (docs/speed.md)."""
 
     def __init__(
-        self, model: Seq2Seq, tokenizer: Tokenizer, max_positions: int, checkpoint: Any, workers: int
+        self,
+        model: Seq2Seq,
+        tokenizer: Tokenizer,
+        max_positions: int,
+        checkpoint: Any,
+        workers: int,
+        *,
+        threads: int,
     ):
         super().__init__(model, tokenizer, torch.device("cpu"), max_positions)
         context = multiprocessing.get_context("spawn")  # nothing of this process' threads is inherited
         self.conns: list[Connection] = []
         for _ in range(workers):
             mine, theirs = context.Pipe()
-            context.Process(target=_decoding_worker, args=(checkpoint, theirs), daemon=True).start()
+            context.Process(target=_decoding_worker, args=(checkpoint, threads, theirs), daemon=True).start()
             self.conns.append(mine)
         for conn in self.conns:
             self._receive(conn)

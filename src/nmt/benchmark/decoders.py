@@ -6,7 +6,10 @@ changes on a shared machine hit all rows alike:
 - PyTorch (``backend=torch``) on each of ``torch_threads`` intra-op threads, and as ``torch_processes``
   single-threaded processes (``workers=N`` of ``evaluate.py`` and ``translate.py``, what
   ``serve.workers`` does for the service);
-  each also over the vocabulary ``shortlist`` if one is given;
+  each also over the vocabulary ``shortlist`` if one is given. Every PyTorch row decodes in processes
+  of its own, where CTranslate2 never runs: in a process where CTranslate2 has run a team of OpenMP
+  threads (``intra_threads`` > 1), torch's intra-op threads decode 1.3-1.4x slower than they do in
+  ``evaluate.py``;
 - CTranslate2 called directly, the one plain call a CTranslate2 user makes
   (:func:`nmt.benchmark.ct2_speed.direct`), at each ``ct2_layouts`` thread layout, without a
   vocabulary map;
@@ -50,26 +53,19 @@ def build_rows(
     cfg: DecodersSpeedConfig,
     translator: Translator,
     decoding: DecodingConfig,
-    processes: ProcessesBackend | None,
+    torch_backends: dict[str, ProcessesBackend],
 ) -> list[Row]:
     searches = {"": decoding}
     if cfg.shortlist:
         searches[", shortlist"] = replace(decoding, shortlist=cfg.shortlist)
     rows = []
     for suffix, search in searches.items():
-        for threads in cfg.torch_threads:
-
-            def torch_row(sources, threads=threads, search=search):
-                torch.set_num_threads(threads)
-                return [h[0].tokens for h in translator.backend.translate_ids(sources, search)]
-
-            rows.append(Row(f"PyTorch, {threads} thread(s){suffix}", torch_row))
-        if processes:
+        for name, backend in torch_backends.items():
             rows.append(
                 Row(
-                    f"PyTorch, {len(processes.conns)} processes x 1 thread{suffix}",
-                    lambda sources, search=search: [
-                        h[0].tokens for h in processes.translate_ids(sources, search)
+                    f"PyTorch, {name}{suffix}",
+                    lambda sources, backend=backend, search=search: [
+                        h[0].tokens for h in backend.translate_ids(sources, search)
                     ],
                 )
             )
@@ -107,7 +103,6 @@ def run_decoders_speed(cfg: DecodersSpeedConfig) -> dict[str, Any]:
     if cfg.repeats < 1:
         raise NMTError(f"repeats={cfg.repeats}: must be >= 1")
     cpu = torch.device("cpu")
-    cores = torch.get_num_threads()
     translator = Translator.from_checkpoint(cfg.checkpoint, cpu)
     lines, refs, name = evaluation_text(cfg, translator.cfg)
     keep = [i for i, s in enumerate(translator.encode(lines)) if s]
@@ -116,11 +111,19 @@ def run_decoders_speed(cfg: DecodersSpeedConfig) -> dict[str, Any]:
     refs = [refs[i] for i in keep]
     decoding = translator.decoding_with(cfg.decoding)
     machine = hardware(cpu)
-    processes = None
-    if cfg.torch_processes > 1:  # what workers=N of evaluate.py and translate.py run
-        processes = Translator.from_checkpoint(cfg.checkpoint, cpu, workers=cfg.torch_processes).backend
+    positions = translator.cfg.model.max_positions
+    torch_backends: dict[str, ProcessesBackend] = {}
+
+    def processes(workers: int, threads: int) -> ProcessesBackend:
+        model, tokenizer = translator.model, translator.tokenizer
+        return ProcessesBackend(model, tokenizer, positions, cfg.checkpoint, workers, threads=threads)
+
     try:
-        rows = build_rows(cfg, translator, decoding, processes)
+        for threads in cfg.torch_threads:
+            torch_backends[f"{threads} thread(s)"] = processes(1, threads)
+        if cfg.torch_processes > 1:  # what workers=N of evaluate.py and translate.py run
+            torch_backends[f"{cfg.torch_processes} processes x 1 thread"] = processes(cfg.torch_processes, 1)
+        rows = build_rows(cfg, translator, decoding, torch_backends)
         for row in rows:  # warm up: first calls allocate, load kernels, fill caches
             row.decode(sources[:50])
         seconds: dict[str, list[float]] = {row.name: [] for row in rows}
@@ -131,9 +134,8 @@ def run_decoders_speed(cfg: DecodersSpeedConfig) -> dict[str, Any]:
                 outputs[row.name] = row.decode(sources)
                 seconds[row.name].append(time.perf_counter() - start)
     finally:
-        if processes:
-            processes.close()
-        torch.set_num_threads(cores)
+        for backend in torch_backends.values():
+            backend.close()
     direct_names = [row.name for row in rows if row.name.startswith("CTranslate2 direct")]
     fastest = [min(seconds[n][r] for n in direct_names) for r in range(cfg.repeats)]
     texts = {n: translator.tokenizer.decode_tgt(ids) for n, ids in outputs.items()}
