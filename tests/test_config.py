@@ -161,3 +161,24 @@ def test_evaluate_config_types_its_decoding_overrides(compose_cfg):
     assert cfg.decoding == DecodingOverrides(alpha=1.5, no_repeat_ngram=3, word_reward=-0.5)
     with pytest.raises(ConfigCompositionException):
         compose_cfg("evaluate", "checkpoint=x.pt", "decoding.beam_sise=3")
+
+
+EVALUATE_ONLY = ["workers=2", "prefix_file=p.txt", "alignments=true", "eval.metrics=[ter]"]
+
+
+@pytest.mark.parametrize(
+    ("script", "key"),
+    [
+        (script, key)
+        for script in ("benchmark_decoders", "benchmark_ct2", "benchmark_server", "score")
+        for key in EVALUATE_ONLY
+        if (script, key) != ("score", "alignments=true")  # score.py's own: each pair's alignment
+    ],
+)
+def test_scripts_that_decode_a_split_refuse_what_only_evaluate_does(compose_cfg, script, key):
+    """The benchmarks and score.py read a split (or eval.src/eval.ref) but do not decode it as
+    evaluate.py does: its decoding processes, prefixes, alignment files and metrics are refused at start
+    rather than ignored."""
+    compose_cfg(script, "checkpoint=x.pt", "data.split=valid", "eval.src=a.en", "eval.ref=a.de")
+    with pytest.raises(ConfigCompositionException, match=key.split("=")[0]):
+        compose_cfg(script, "checkpoint=x.pt", key)

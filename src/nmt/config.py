@@ -386,6 +386,15 @@ class InferenceConfig:
 
 
 @dataclass
+class SplitConfig(InferenceConfig):
+    """A checkpoint over an evaluation text: a data split, or eval.src with eval.ref (what score.py and
+    the benchmarks that time decoders on a split take; evaluate.py's ``eval`` has more)."""
+
+    data: EvalDataConfig = field(default_factory=EvalDataConfig)  # a split and its references ...
+    eval: TextPairConfig = field(default_factory=TextPairConfig)  # ... or eval.src with eval.ref
+
+
+@dataclass
 class DecodeConfig(InferenceConfig):
     """What the scripts that decode many sentences take besides: evaluate.py and translate.py."""
 
@@ -412,11 +421,9 @@ class TranslateConfig(DecodeConfig):
 
 
 @dataclass
-class ScoreConfig(InferenceConfig):
+class ScoreConfig(SplitConfig):
     """scripts/score.py: the model's log-probability of given translations of given sources."""
 
-    data: EvalDataConfig = field(default_factory=EvalDataConfig)  # a split and its references ...
-    eval: TextPairConfig = field(default_factory=TextPairConfig)  # ... or eval.src with eval.ref
     format: str = "tsv"  # "tsv": log_prob, score, tokens (a line per pair) | "json": an object per line
     per_token: bool = False  # also each subword's log-probability (EOS last)
     alignments: bool = False  # also each pair's word alignment (Pharaoh i-j)
@@ -453,7 +460,7 @@ class ServeConfig(InferenceConfig):
 
 
 @dataclass
-class ServeBenchConfig(EvaluateConfig):
+class ServeBenchConfig(SplitConfig):
     """scripts/benchmark_server.py: requests/s and latency of the service on a split's sentences."""
 
     clients: list[int] = field(default_factory=lambda: [1, 8, 32])  # concurrent clients
@@ -464,7 +471,7 @@ class ServeBenchConfig(EvaluateConfig):
 
 
 @dataclass
-class CT2SpeedConfig(EvaluateConfig):
+class CT2SpeedConfig(SplitConfig):
     """scripts/benchmark_ct2.py: backend=ct2 against CTranslate2 called directly, per thread layout, on a
     split's sentences (docs/ctranslate2.md)."""
 
@@ -475,7 +482,7 @@ class CT2SpeedConfig(EvaluateConfig):
 
 
 @dataclass
-class DecodersSpeedConfig(EvaluateConfig):
+class DecodersSpeedConfig(SplitConfig):
     """scripts/benchmark_decoders.py: PyTorch and CTranslate2, each at its best configuration for the
     cores, side by side on a split's sentences (docs/speed.md)."""
 

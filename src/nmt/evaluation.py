@@ -14,7 +14,7 @@ from nmt.config import (
     CompareAlignmentsConfig,
     DecodingConfig,
     EvaluateConfig,
-    ScoreConfig,
+    SplitConfig,
     TrainConfig,
     checkpoint_paths,
 )
@@ -161,7 +161,7 @@ def report_dir(checkpoint: Path) -> Path:
 
 
 def evaluation_text(
-    cfg: EvaluateConfig | ScoreConfig | CompareAlignmentsConfig, train_cfg: TrainConfig
+    cfg: EvaluateConfig | SplitConfig | CompareAlignmentsConfig, train_cfg: TrainConfig
 ) -> tuple[list[str], list[str], str]:
     """Source sentences, raw references and a name for them: ``eval.src/ref`` files or a data split."""
     if cfg.eval.src or cfg.eval.ref:
