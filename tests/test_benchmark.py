@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from nmt.benchmark import ReferenceTransformer, format_report, run_benchmark, transformer_flops
-from nmt.config import TransformerConfig
+from nmt.benchmark.decoders import run_decoders_speed
+from nmt.config import DecodersSpeedConfig, TransformerConfig
 from nmt.data import Batch
+from nmt.errors import NMTError
 from nmt.models import Transformer, count_parameters, kv_cache_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,3 +123,18 @@ def test_the_benchmark_script_without_the_reference(tmp_path: Path):
     results = json.loads((tmp_path / "run" / "bench.json").read_text())
     assert list(results["train"]["results"]) == ["project fp32"]
     assert "project_over_reference" not in results["train"] and "project fp32" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"ct2_model": None}, "ct2_model=DIR is required"),
+        ({"ct2_vmap_model": "m"}, "ct2_vmap_model needs shortlist=FILE"),
+        ({"repeats": 0}, "repeats=0: must be >= 1"),
+        ({"torch_threads": [1, 0]}, r"torch_threads=\[1, 0\]: each must be >= 1"),
+    ],
+)
+def test_decoders_benchmark_refuses_bad_settings_before_loading_anything(settings, message):
+    cfg = DecodersSpeedConfig(**{"checkpoint": "missing.pt", "ct2_model": "missing-ct2", **settings})
+    with pytest.raises(NMTError, match=message):
+        run_decoders_speed(cfg)
