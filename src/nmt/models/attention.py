@@ -287,11 +287,10 @@ class DotProductAttention(Attention):
         """On CPU in fp32, the fused kernel takes the ``share`` rows of a sentence (its beams) as more query
         positions over the sentence's keys and values, padding mask included: one block of beams x
         positions queries per sentence and head rather than one per beam, without copying the keys and
-        values (measured 1.5-1.8x faster than one query per beam, docs/speed.md). A sentence's beams get
-        the same numbers alone and in any batch (with a different row count the kernel's products may
-        round differently from a single hypothesis' in the last bits). On CUDA, grouped queries with a
-        mask (decoding has one) may send SDPA to its math kernel, which copies them anyway and is not
-        the kernel the copies used: there, as on the explicit path, the copy stays."""
+        values (1.6-1.8x faster than one query per beam, docs/speed.md). A sentence's beams get the same
+        numbers alone and in any batch (with a different row count the kernel's products may round
+        differently from a single hypothesis' in the last bits). Elsewhere (CUDA, bf16, weights asked
+        for) each beam attends with its own copy of the keys and values, the layout measured there."""
         if need_weights or q.device.type != "cpu" or q.dtype != torch.float32:
             return super().attend_shared(q, k, v, key_padding_mask, need_weights, share)
         heads, tgt_len = q.size(1), q.size(2)
