@@ -5,7 +5,7 @@
 # AVERAGE_LAST (default 5) step checkpoints averaged, ALPHAS (e.g. "[0.6,1.0,2.0]") length
 # penalties also tried on valid (default: the training config's final.alphas). E.g.
 #   bash scripts/run.sh                           # default config: WMT14 en->de through Hugging Face datasets
-#   bash scripts/run.sh experiment=multi30k_cpu   # offline: shared Multi30k, an hour on the CPU
+#   bash scripts/run.sh experiment=multi30k_cpu   # Multi30k (fetched once, then offline), an hour on the CPU
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -173,7 +173,7 @@ def test_prepare_data_script_prints_the_summary(tmp_path):
         (["data=local"], "error: missing required setting(s): data.dir"),
         (
             ["data=local", "data.dir=/nonexistent/corpus"],
-            "error: data.dir=/nonexistent/corpus: 6 of 6 expected",
+            "error: data.dir=/nonexistent/corpus: no such folder; data=local reads train.en, train.de,",
         ),
     ],
 )

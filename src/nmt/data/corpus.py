@@ -30,7 +30,7 @@ from tqdm import tqdm
 from nmt.cache import atomic_dir, config_dict, hash_key
 from nmt.config import DataConfig, TokenizerConfig
 from nmt.data.clean import clean_pairs
-from nmt.data.sources import SPLITS, load_source, local_files, read_lines
+from nmt.data.sources import SPLITS, load_source, local_files, read_lines, resolve_source
 from nmt.errors import NMTError
 from nmt.tokenizer import Tokenizer, train_tokenizer
 
@@ -131,7 +131,10 @@ def _text_settings(cfg: DataConfig) -> dict:
         settings.pop(key, None)
     settings["langs"] = sorted([cfg.src_lang, cfg.tgt_lang])
     settings["text_version"] = 2  # version 1 dropped empty valid/test pairs: its text must not be reused
+    if cfg.source == "multi30k":  # pinned by digests, wherever the files are found
+        settings.pop("dir"), settings.pop("url")
     if cfg.source == "local":
+        settings.pop("origin"), settings.pop("hub_fallback_pairs")  # said or used only without the files
         settings["dir"] = str(Path(cfg.dir).resolve())
         # Sorted by name: local_files lists them in the direction's order, the key must not follow it.
         settings["files"] = sorted(
@@ -141,8 +144,9 @@ def _text_settings(cfg: DataConfig) -> dict:
 
 
 def _prepare_text(cfg: DataConfig, progress: bool) -> Path:
+    name, cfg = cfg.name, resolve_source(cfg)
     settings = _text_settings(cfg)
-    root = Path(cfg.cache_dir) / cfg.name / f"text-{hash_key(settings)}"
+    root = Path(cfg.cache_dir) / name / f"text-{hash_key(settings)}"
     if root.is_dir():
         return root
     log.info("reading %s data -> %s", cfg.source, root)

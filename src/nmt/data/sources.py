@@ -7,6 +7,7 @@ both languages, so the rest of the pipeline does not care where the text came fr
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,8 +16,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from nmt.config import DataConfig, HFDataConfig, LocalDataConfig, ToyDataConfig
+from nmt.config import DataConfig, HFDataConfig, LocalDataConfig, Multi30kDataConfig, ToyDataConfig
+from nmt.data.download import multi30k_dir
 from nmt.errors import NMTError
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 RawCorpus = dict[str, dict[str, list[str]]]
@@ -24,10 +28,39 @@ RawCorpus = dict[str, dict[str, list[str]]]
 
 def load_source(cfg: DataConfig, progress: bool = False) -> RawCorpus:
     """Raw parallel text of every split, for the source named by ``cfg.source``."""
-    loaders = {"hf": load_hf, "local": load_local, "toy": make_toy}
+    cfg = resolve_source(cfg)
+    loaders = {"hf": load_hf, "local": load_local, "multi30k": load_multi30k, "toy": make_toy}
     if cfg.source not in loaders:
         raise NMTError(f"data.source={cfg.source!r}: expected one of {', '.join(loaders)}")
     return loaders[cfg.source](cfg, progress=progress)
+
+
+def resolve_source(cfg: DataConfig) -> DataConfig:
+    """The config actually read: ``cfg``, or for local files that are missing and a preset that allows
+    it (``data.hub_fallback_pairs``), the WMT14 subset of that size from the Hugging Face hub."""
+    if cfg.source != "local" or not cfg.hub_fallback_pairs or not missing_local_files(cfg):
+        return cfg
+    log.warning(
+        "data.dir=%s lacks its files: drawing %d training pairs from WMT14 on the Hugging Face hub instead "
+        "(data.hub_fallback_pairs; newstest2013 valid, newstest2014 test)",
+        cfg.dir,
+        cfg.hub_fallback_pairs,
+    )
+    return HFDataConfig(
+        cache_dir=cfg.cache_dir,
+        src_lang=cfg.src_lang,
+        tgt_lang=cfg.tgt_lang,
+        clean=cfg.clean,
+        train_size=cfg.hub_fallback_pairs,
+    )
+
+
+def load_multi30k(cfg: Multi30kDataConfig, progress: bool = False) -> RawCorpus:
+    """Multi30k from ``data.dir``, the download cache or a download (nmt.data.download)."""
+    folder = multi30k_dir(cfg, progress=progress)
+    return load_local(
+        LocalDataConfig(dir=str(folder), name=cfg.name, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang)
+    )
 
 
 # -------------------------------------------------------------------------------------- local files
@@ -46,15 +79,15 @@ def _local_prefixes(cfg: LocalDataConfig) -> list[str]:
     return ["train", *cfg.extra_train, "valid", "test"]
 
 
+def missing_local_files(cfg: LocalDataConfig) -> list[Path]:
+    return [p for p in local_files(cfg) if not p.is_file()]
+
+
 def load_local(cfg: LocalDataConfig, progress: bool = False) -> RawCorpus:
     """``{dir}/{split}.{lang}``; the ``extra_train`` prefixes are appended to the training split."""
-    expected = local_files(cfg)
-    missing = [p for p in expected if not p.is_file()]
+    missing = missing_local_files(cfg)
     if missing:
-        listing = "\n".join(f"  {p}{'  (missing)' if p in missing else ''}" for p in expected)
-        raise NMTError(
-            f"data.dir={cfg.dir}: {len(missing)} of {len(expected)} expected files missing:\n{listing}"
-        )
+        raise NMTError(_missing_message(cfg, missing))
     langs = (cfg.src_lang, cfg.tgt_lang)
     corpus: RawCorpus = {split: {lang: [] for lang in langs} for split in SPLITS}
     for prefix in _local_prefixes(cfg):
@@ -65,6 +98,21 @@ def load_local(cfg: LocalDataConfig, progress: bool = False) -> RawCorpus:
         corpus[split][langs[0]] += src
         corpus[split][langs[1]] += tgt
     return corpus
+
+
+def _missing_message(cfg: LocalDataConfig, missing: list[Path]) -> str:
+    """One line: what is missing, what the folder must hold, and where such files come from."""
+    expected = local_files(cfg)
+    what = (
+        "no such folder"
+        if not Path(cfg.dir).is_dir()
+        else f"{len(missing)} of {len(expected)} files missing ({', '.join(p.name for p in missing)})"
+    )
+    origin = f"; these files are {cfg.origin}" if cfg.origin else ""
+    return (
+        f"data.dir={cfg.dir}: {what}; data=local reads {', '.join(p.name for p in expected)} "
+        f"from it{origin}; point data.dir=... at a folder that holds them"
+    )
 
 
 def read_parallel(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
@@ -208,8 +256,8 @@ def _hint(cfg: HFDataConfig) -> str:
     if cfg.data_files:
         return "check data.data_files"
     return (
-        "without internet access use the offline presets, experiment=multi30k_cpu or "
-        "experiment=wmt14_subset_cpu, or your own files with data=local data.dir=..."
+        "without internet access use local files: experiment=multi30k_cpu data.dir=... (a copy of "
+        "Multi30k), experiment=wmt14_subset_cpu data.dir=..., or data=local data.dir=..."
     )
 
 

@@ -1,0 +1,244 @@
+"""Multi30k found in data.dir, in the download cache, or fetched from a real HTTP server on 127.0.0.1 and
+checked against pinned digests; a corrupt, cut or unreachable download leaves nothing cached."""
+
+import gzip
+import hashlib
+import http.server
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nmt.data.download as download
+from nmt.config import LocalDataConfig, Multi30kDataConfig, TokenizerConfig
+from nmt.data import prepare_corpus
+from nmt.data.download import MULTI30K_FILES, download_cache, multi30k_dir
+from nmt.data.sources import resolve_source
+from nmt.errors import NMTError
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_MULTI30K = REPO / "../shared/data/multi30k-de-en"
+needs_shared = pytest.mark.skipif(
+    not (SHARED_MULTI30K / "train.en").is_file(), reason="../shared/data not available"
+)
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    """Serves a folder; a path listed in ``cut`` declares its whole length and sends half of it."""
+
+    cut: set[str] = set()
+
+    def do_GET(self) -> None:
+        name = self.path.rsplit("/", 1)[-1]
+        if name not in self.cut:
+            return super().do_GET()
+        body = Path(self.translate_path(self.path)).read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def server(tmp_path) -> Iterator[tuple[str, Path, set[str]]]:
+    """(base URL, the folder it serves, the names to cut short)."""
+    root = tmp_path / "served" / "task1" / "raw"
+    root.mkdir(parents=True)
+    cut: set[str] = set()
+    handler = type("CutHandler", (Handler,), {"cut": cut})
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), partial(handler, directory=str(tmp_path / "served"))
+    )
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/task1/raw", root, cut
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def serve_gzipped(texts: dict[str, bytes], root: Path) -> None:
+    """Our file names' texts as the repository's ``{name}.gz`` files."""
+    for name, text in texts.items():
+        (root / f"{MULTI30K_FILES[name][0]}.gz").write_bytes(gzip.compress(text))
+
+
+@pytest.fixture
+def synthetic(monkeypatch) -> dict[str, bytes]:
+    """Six small texts whose digests stand in for the pinned ones (no shared data needed)."""
+    texts = {name: f"{name} line one\n{name} line two\n".encode() for name in MULTI30K_FILES}
+    pinned = {
+        name: (remote, hashlib.sha256(texts[name]).hexdigest())
+        for name, (remote, _) in MULTI30K_FILES.items()
+    }
+    monkeypatch.setattr(download, "MULTI30K_FILES", pinned)
+    return texts
+
+
+def config(tmp_path: Path, url: str, **kwargs) -> Multi30kDataConfig:
+    return Multi30kDataConfig(
+        dir=str(tmp_path / "no-copy"), cache_dir=str(tmp_path / "data"), url=url, **kwargs
+    )
+
+
+def nothing_cached(cfg: Multi30kDataConfig) -> bool:
+    downloads = download_cache(cfg).parent
+    return not downloads.exists() or not any(downloads.iterdir())
+
+
+def test_the_download_is_checked_cached_and_reused_offline(tmp_path, server, synthetic):
+    url, root, _ = server
+    serve_gzipped(synthetic, root)
+    cfg = config(tmp_path, url)
+    folder = multi30k_dir(cfg)
+    assert folder == download_cache(cfg)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == synthetic
+    for gz in root.iterdir():  # the server no longer has them: the cache answers
+        gz.unlink()
+    assert multi30k_dir(cfg) == folder
+
+
+def test_a_copy_in_data_dir_comes_first_and_is_checked(tmp_path, synthetic):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name, text in synthetic.items():
+        (copy / name).write_bytes(text)
+    cfg = Multi30kDataConfig(dir=str(copy), cache_dir=str(tmp_path / "data"), url="http://127.0.0.1:9/none")
+    assert multi30k_dir(cfg) == copy
+    (copy / "valid.de").write_bytes(b"edited\n")
+    with pytest.raises(
+        NMTError, match=r"valid.de: SHA-256 \w+ does not match Multi30k's valid.de, \w+; .*data=local"
+    ):
+        multi30k_dir(cfg)
+
+
+def test_a_corrupt_file_is_refused_naming_it_and_both_digests(tmp_path, server, synthetic):
+    url, root, _ = server
+    serve_gzipped({**synthetic, "test.de": b"tampered\n"}, root)
+    cfg = config(tmp_path, url)
+    got, want = hashlib.sha256(b"tampered\n").hexdigest(), hashlib.sha256(synthetic["test.de"]).hexdigest()
+    with pytest.raises(NMTError) as e:
+        multi30k_dir(cfg)
+    assert str(e.value) == (
+        f"{url}/test_2016_flickr.de.gz: SHA-256 {got} does not match Multi30k's test.de, {want}; "
+        "nothing was cached"
+    )
+    assert nothing_cached(cfg)
+
+
+def test_an_interrupted_transfer_is_refused_and_nothing_is_cached(tmp_path, server, synthetic):
+    url, root, cut = server
+    serve_gzipped(synthetic, root)
+    cut.add("val.en.gz")
+    cfg = config(tmp_path, url)
+    with pytest.raises(
+        NMTError, match=r"val.en.gz: the transfer stopped after \d+ of \d+ bytes; nothing was cached"
+    ):
+        multi30k_dir(cfg)
+    assert nothing_cached(cfg)
+    cut.clear()  # the retry completes
+    assert multi30k_dir(cfg) == download_cache(cfg)
+
+
+def test_a_truncated_gzip_is_refused(tmp_path, server, synthetic):
+    url, root, _ = server
+    serve_gzipped(synthetic, root)
+    gz = root / "train.de.gz"
+    gz.write_bytes(gz.read_bytes()[:-12])
+    cfg = config(tmp_path, url)
+    with pytest.raises(NMTError, match=r"train.de.gz: not a complete gzip file"):
+        multi30k_dir(cfg)
+    assert nothing_cached(cfg)
+
+
+def test_offline_with_nothing_to_read_says_what_to_fetch_and_where(tmp_path, server):
+    url, _, _ = server  # serves nothing: every file is a 404
+    cfg = config(tmp_path, url)
+    with pytest.raises(NMTError) as e:
+        multi30k_dir(cfg)
+    message = str(e.value)
+    assert "\n" not in message
+    assert (
+        f"could not be fetched (HTTPError: File not found): download {url}/{{train,val,test_2016_flickr}}"
+        in message
+    )
+    assert f"gunzip them into {download_cache(cfg)}/ as {{train,valid,test}}.{{en,de}}" in message
+    assert "or point data.dir=... at a folder holding those six files" in message
+    unreachable = config(tmp_path, "http://127.0.0.1:9/raw")  # the discard port: nothing listens
+    with pytest.raises(
+        NMTError, match=r"could not be fetched \(URLError: .*\): download http://127.0.0.1:9/raw/"
+    ):
+        multi30k_dir(unreachable)
+    assert nothing_cached(cfg)
+
+
+def test_multi30k_has_english_and_german_only():
+    with pytest.raises(
+        NMTError, match="data=multi30k has languages en and de, got data.src_lang='en', data.tgt_lang='fr'"
+    ):
+        multi30k_dir(Multi30kDataConfig(tgt_lang="fr"))
+
+
+def test_a_preset_without_its_local_files_falls_back_to_the_hub(compose_train_cfg, tmp_path, caplog):
+    cfg = compose_train_cfg("experiment=wmt14_subset_cpu", f"data.dir={tmp_path / 'absent'}").data
+    hub = resolve_source(cfg)
+    assert (hub.source, hub.path, hub.train_size, hub.clean.max_words) == ("hf", "wmt/wmt14", 33071, 100)
+    assert "drawing 33071 training pairs from WMT14 on the Hugging Face hub instead" in caplog.text
+    local = LocalDataConfig(dir=str(tmp_path / "absent"), name="x")
+    assert resolve_source(local) is local  # no fallback: load_local says what is missing
+
+
+def test_the_presets_read_multi30k_through_its_source(compose_train_cfg):
+    for preset in ("multi30k_cpu", "multi30k_small_cpu", "multi30k_rnnsearch_cpu", "multi30k_gqa_cpu"):
+        data = compose_train_cfg(f"experiment={preset}").data
+        assert (data.source, data.dir, data.name) == (
+            "multi30k",
+            "../shared/data/multi30k-de-en",
+            "multi30k-de-en",
+        )
+    student = compose_train_cfg("experiment=multi30k_distill_cpu").data
+    assert (student.source, student.dir) == ("local", "DISTILLED_CORPUS")
+
+
+@needs_shared
+def test_a_fresh_clone_downloads_the_same_corpus_as_the_shared_copy(tmp_path, server):
+    """The README's main job in a folder with no ../shared: prepare_data.py fetches Multi30k from the
+    server and prepares the same ids as from data.dir."""
+    url, root, _ = server
+    serve_gzipped({name: (SHARED_MULTI30K / name).read_bytes() for name in MULTI30K_FILES}, root)
+    clone = tmp_path / "clone" / "nmt"
+    clone.mkdir(parents=True)
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts/prepare_data.py"), "data=multi30k", f"data.url={url}",
+         "tokenizer.vocab_size=1000", "hydra.run.dir=outputs/prepare"],
+        cwd=clone, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "downloading it from" in result.stdout + result.stderr and "28,998" in result.stdout
+    downloaded = prepare_corpus(
+        Multi30kDataConfig(dir="absent", cache_dir=str(clone / "data"), url="http://127.0.0.1:9/unused"),
+        TokenizerConfig(vocab_size=1000),
+        progress=False,
+    )
+    assert downloaded.root.is_relative_to(clone / "data")
+    local = prepare_corpus(
+        Multi30kDataConfig(dir=str(SHARED_MULTI30K), cache_dir=str(tmp_path / "local")),
+        TokenizerConfig(vocab_size=1000),
+        progress=False,
+    )
+    assert downloaded.root.name == local.root.name  # one cache key, wherever the files were found
+    for split in ("train", "valid", "test"):
+        a, b = downloaded.splits[split], local.splits[split]
+        assert np.array_equal(a.src_lengths, b.src_lengths) and np.array_equal(a.tgt_lengths, b.tgt_lengths)
+        assert all(
+            np.array_equal(a.src(i), b.src(i)) and np.array_equal(a.tgt(i), b.tgt(i)) for i in range(len(a))
+        )
