@@ -22,7 +22,7 @@ from nmt.config import (
     TransformerConfig,
     to_container,
 )
-from nmt.data import prepare_text, read_lines
+from nmt.data import prepare_text, read_text, text_path
 from nmt.errors import NMTError
 from nmt.shortlist import (
     _cooccurrences,
@@ -43,7 +43,10 @@ def toy_tokenizer(folder: Path, vocab_size: int) -> Tokenizer:
     """A joint SentencePiece model of the toy task's text (cached in ``folder``)."""
     text = prepare_text(ToyDataConfig(cache_dir=str(folder), train_size=300), progress=False)
     return train_tokenizer(
-        TokenizerConfig(vocab_size=vocab_size), text / "train.src", text / "train.tgt", folder
+        TokenizerConfig(vocab_size=vocab_size),
+        text_path(text, "train", "src"),
+        text_path(text, "train", "tgt"),
+        folder,
     )
 
 
@@ -156,8 +159,8 @@ def test_an_export_with_a_shortlist_decodes_within_its_vmap_and_only_for_that_sh
     from nmt.ct2.format import read_export_info
 
     text = prepare_text(ToyDataConfig(cache_dir=str(tmp_path), train_size=300))
-    sources = tokenizer.encode_src(read_lines(text / "train.src"))
-    targets = tokenizer.encode_tgt(read_lines(text / "train.tgt"))
+    sources = tokenizer.encode_src(read_text(text, "train", "src"))
+    targets = tokenizer.encode_tgt(read_text(text, "train", "tgt"))
     shortlist = build_shortlist(sources, targets, tokenizer, k=2, frequent=3)
     shortlist.save(tmp_path / "s.json")
     model = tiny_transformer(tokenizer.src_vocab_size, seed=0, max_positions=48)
@@ -213,8 +216,8 @@ def test_a_checkpoints_shortlist_is_built_from_its_training_data_and_saved_besid
     text = tmp_path / "data" / "toy"
     assert shortlist.pairs == 300 and valid.sentences == 50 and 0.9 < valid.covered <= 1.0
     (text_dir,) = text.glob("text-*")
-    src = tokenizer.encode_src(read_lines(text_dir / "train.src"))
-    tgt = tokenizer.encode_tgt(read_lines(text_dir / "train.tgt"))
+    src = tokenizer.encode_src(read_text(text_dir, "train", "src"))
+    tgt = tokenizer.encode_tgt(read_text(text_dir, "train", "tgt"))
     assert shortlist == build_shortlist(src, tgt, tokenizer, 5, 10)
 
 

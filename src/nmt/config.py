@@ -50,6 +50,7 @@ class DataConfig:
     src_lang: str = "en"
     tgt_lang: str = "de"
     clean: CleanConfig = field(default_factory=CleanConfig)
+    workers: int = 0  # processes that encode the training text when it is prepared; 0 = one per CPU core
 
 
 @dataclass
@@ -83,9 +84,7 @@ class LocalDataConfig(DataConfig):
     hub_fallback_pairs: int = 0
 
 
-MULTI30K_URL = (
-    "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw"
-)
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw"
 
 
 @dataclass
@@ -727,6 +726,7 @@ TRAIN_RULES: dict[str, Rule] = {
     ),
     **{f"optim.{key}": PROBABILITY for key in ("label_smoothing", "src_word_dropout", "tgt_word_dropout")},
     "data.hub_fallback_pairs": NON_NEGATIVE,
+    "data.workers": NON_NEGATIVE,
     "tokenizer.vocab_size": POSITIVE,
     "tokenizer.sampling_alpha": NON_NEGATIVE,
     "tokenizer.sampled_copies": POSITIVE,

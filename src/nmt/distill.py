@@ -38,7 +38,7 @@ from nmt.config import (
     checkpoint_paths,
     data_or_model_data,
 )
-from nmt.data import prepare_text, read_lines
+from nmt.data import prepare_text, read_lines, read_text, text_path
 from nmt.devices import select_device
 from nmt.errors import NMTError
 from nmt.translator import Translator
@@ -81,8 +81,8 @@ def distill(cfg: DistillConfig, progress: bool = True) -> DistilledCorpus:
     data = data_or_model_data(cfg.data, translator.cfg.data)
     text = prepare_text(data, progress=progress)
     src, tgt = data.src_lang, data.tgt_lang
-    sources = read_lines(text / f"train.{src}")
-    settings = cache_settings(cfg, decoding, text / f"train.{src}", src, tgt)
+    sources = read_text(text, "train", src)
+    settings = cache_settings(cfg, decoding, text_path(text, "train", src), src, tgt)
     key = hash_key(settings)
     root = Path(data.cache_dir) / "distilled" / key
     root.mkdir(parents=True, exist_ok=True)
@@ -101,7 +101,7 @@ def distill(cfg: DistillConfig, progress: bool = True) -> DistilledCorpus:
     folder = root / name
     train_src, train_tgt = sources, translations
     if cfg.distill.keep_original:
-        train_src, train_tgt = sources + sources, translations + read_lines(text / f"train.{tgt}")
+        train_src, train_tgt = sources + sources, translations + read_text(text, "train", tgt)
     if not folder.is_dir():
         with atomic_dir(folder) as tmp:
             _write_lines(tmp / f"train.{src}", train_src)

@@ -18,7 +18,7 @@ from nmt.config import (
     TrainConfig,
     checkpoint_paths,
 )
-from nmt.data import SPLITS, prepare_text, read_lines
+from nmt.data import SPLITS, prepare_text, read_lines, read_text
 from nmt.devices import select_device
 from nmt.errors import NMTError
 from nmt.metrics import (
@@ -183,8 +183,8 @@ def evaluation_text(
             f"data.split={cfg.data.split!r}: choose one of {list(SPLITS)} or give eval.src/eval.ref"
         )
     root = prepare_text(data_cfg, progress=True)
-    sources = read_lines(root / f"{cfg.data.split}.{data_cfg.src_lang}")
-    refs = read_lines(root / f"{cfg.data.split}.{data_cfg.tgt_lang}")
+    sources = read_text(root, cfg.data.split, data_cfg.src_lang)
+    refs = read_text(root, cfg.data.split, data_cfg.tgt_lang)
     return sources, refs, cfg.data.split
 
 

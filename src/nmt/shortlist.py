@@ -30,7 +30,7 @@ import torch
 from nmt.cache import atomic_write_text
 from nmt.checkpoint import checkpoint_config, load_checkpoint
 from nmt.config import ShortlistConfig, data_or_model_data
-from nmt.data import prepare_text, read_lines
+from nmt.data import prepare_text, read_text
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.tokenizer import Tokenizer
@@ -226,8 +226,8 @@ def shortlist_for_checkpoint(cfg: ShortlistConfig, progress: bool = True) -> tup
 
     def encoded(split: str) -> tuple[list[list[int]], list[list[int]]]:
         return (
-            tokenizer.encode_src(read_lines(text / f"{split}.{data.src_lang}")),
-            tokenizer.encode_tgt(read_lines(text / f"{split}.{data.tgt_lang}")),
+            tokenizer.encode_src(read_text(text, split, data.src_lang)),
+            tokenizer.encode_tgt(read_text(text, split, data.tgt_lang)),
         )
 
     shortlist = build_shortlist(*encoded("train"), tokenizer, cfg.k, cfg.frequent)

@@ -6,11 +6,12 @@ The special ids (``nmt.special``) are fixed for the whole project; SentencePiece
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
+import multiprocessing
 import os
 import re
+from concurrent.futures import ProcessPoolExecutor
 from functools import cached_property
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from nmt.cache import atomic_dir, config_dict, file_digest
 from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text_workers import train_sentencepiece
 
 SAMPLING_KEYS = ("sampling_alpha", "sampled_copies")  # how the training split is re-segmented, not the model
 
@@ -50,6 +52,14 @@ class Tokenizer:
         h = hashlib.sha1(_encoding_spec(self._protos[0]))
         h.update(_encoding_spec(self._protos[1]) if self._protos[1] else b"joint")
         return h.hexdigest()[:12]
+
+    @property
+    def src_processor(self) -> spm.SentencePieceProcessor:
+        return self._src
+
+    @property
+    def tgt_processor(self) -> spm.SentencePieceProcessor:
+        return self._tgt
 
     def encode_src(self, texts: list[str]) -> list[list[int]]:
         return _encode(self._src, texts)
@@ -170,11 +180,12 @@ def train_tokenizer(
             cache,
         )
         files = [inputs] if settings["joint"] else [[p] for p in inputs]
-        protos = [_train(settings, f) for f in files]
+        trained = [_train(settings, f) for f in files]
         with atomic_dir(cache) as tmp:
-            for name, proto in zip(names, protos):
+            for name, (proto, _) in zip(names, trained):
                 (tmp / name).write_bytes(proto)
             (tmp / "config.json").write_text(json.dumps(settings, indent=2) + "\n")
+            (tmp / "trainer.json").write_text(json.dumps([cost for _, cost in trained], indent=2) + "\n")
     return Tokenizer(*[(cache / name).read_bytes() for name in names])
 
 
@@ -184,30 +195,38 @@ def _cache_key(settings: dict, inputs: list[Path]) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
-def _train(settings: dict, inputs: list[Path]) -> bytes:
+def _train(settings: dict, inputs: list[Path]) -> tuple[bytes, dict]:
+    """Train in a process of its own (nmt.text_workers.train_sentencepiece): its memory, bounded by
+    ``input_sentence_size``, is given back when it ends, and its time and peak are logged apart."""
     if settings["model_type"] not in ("bpe", "unigram"):
         raise NMTError(f"tokenizer.model_type={settings['model_type']!r}: expected 'bpe' or 'unigram'")
-    spm.set_random_generator_seed(settings["seed"])
-    writer = io.BytesIO()
-    try:
-        spm.SentencePieceTrainer.train(
-            input=[str(p) for p in inputs],
-            model_writer=writer,
-            model_type=settings["model_type"],
-            vocab_size=settings["vocab_size"],
-            character_coverage=settings["character_coverage"],
-            input_sentence_size=settings["input_sentence_size"],
-            shuffle_input_sentence=True,
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            num_threads=_threads(),
-            minloglevel=2,
-        )
-    except RuntimeError as e:
-        raise _training_error(e, settings, inputs) from None
-    return writer.getvalue()
+    options = {
+        "seed": settings["seed"],
+        "model_type": settings["model_type"],
+        "vocab_size": settings["vocab_size"],
+        "character_coverage": settings["character_coverage"],
+        "input_sentence_size": settings["input_sentence_size"],
+        "shuffle_input_sentence": True,
+        "pad_id": PAD_ID,
+        "unk_id": UNK_ID,
+        "bos_id": BOS_ID,
+        "eos_id": EOS_ID,
+        "num_threads": _threads(),
+        "minloglevel": 2,
+    }
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            proto, cost = pool.submit(train_sentencepiece, options, inputs).result()
+        except RuntimeError as e:
+            raise _training_error(e, settings, inputs) from None
+    log.info(
+        "SentencePiece trainer: %.1f s, peak %.2f GB in its own process (bounded by "
+        "tokenizer.input_sentence_size=%d sentences)",
+        cost["seconds"],
+        cost["peak_rss_bytes"] / 1e9,
+        settings["input_sentence_size"],
+    )
+    return proto, cost
 
 
 def _training_error(e: RuntimeError, settings: dict, inputs: list[Path]) -> NMTError:

@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from nmt.config import DistillConfig, LocalDataConfig
-from nmt.data import load_source, prepare_text, read_lines
+from nmt.data import load_source, prepare_text, read_lines, read_text
 from nmt.distill import distill
 from nmt.translator import Translator
 
@@ -69,7 +69,7 @@ def test_the_corpus_holds_the_teachers_translations_and_data_local_reads_it(dist
     cfg = distill_cfg()
     corpus = distill(cfg, progress=False)
     text = prepare_text(cfg.data, progress=False)
-    sources = read_lines(text / "train.src")
+    sources = read_text(text, "train", "src")
     teacher = Translator.from_checkpoint(str(toy_run.checkpoints / "last.pt"), torch.device("cpu"))
     expected = teacher.translate(sources, teacher.cfg.decoding)
 
@@ -116,7 +116,7 @@ def test_a_second_run_translates_nothing_and_keep_original_doubles_the_pairs(dis
     both = distill(distill_cfg("distill.keep_original=true"), progress=False)
     assert counter.calls == 0 and both.folder != first.folder and both.train_pairs == 2 * TRAIN
     distilled, doubled = read_corpus(first.folder), read_corpus(both.folder)
-    original = read_lines(prepare_text(distill_cfg().data, progress=False) / "train.tgt")
+    original = read_text(prepare_text(distill_cfg().data, progress=False), "train", "tgt")
     assert doubled["train.src"] == distilled["train.src"] * 2
     assert doubled["train.tgt"] == distilled["train.tgt"] + original
     assert doubled["valid.tgt"] == distilled["valid.tgt"]

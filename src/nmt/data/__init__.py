@@ -2,7 +2,15 @@
 
 from nmt.data.batching import Batch, TokenBatchSampler, clipped_lengths, collate, drop_words
 from nmt.data.clean import clean_pairs
-from nmt.data.corpus import EncodedSplit, PreparedData, format_summary, prepare_corpus, prepare_text
+from nmt.data.corpus import (
+    EncodedSplit,
+    PreparedData,
+    format_summary,
+    prepare_corpus,
+    prepare_text,
+    read_text,
+    text_path,
+)
 from nmt.data.sources import SPLITS, load_source, read_lines
 
 __all__ = [
@@ -20,4 +28,6 @@ __all__ = [
     "prepare_corpus",
     "prepare_text",
     "read_lines",
+    "read_text",
+    "text_path",
 ]

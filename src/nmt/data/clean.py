@@ -22,7 +22,15 @@ def clean_pairs(
     Lengths are whitespace words; the checks are symmetric, so the result does not depend on the
     translation direction.
     """
-    train = split == "train"
+    keep_src, keep_tgt, dropped = clean_chunk(src, tgt, cfg, split == "train")
+    log_dropped(split, len(keep_src), dropped)
+    return keep_src, keep_tgt, dropped
+
+
+def clean_chunk(
+    src: list[str], tgt: list[str], cfg: CleanConfig, train: bool
+) -> tuple[list[str], list[str], dict[str, int]]:
+    """:func:`clean_pairs` of one chunk of a split, without the log line: a corpus is cleaned in chunks."""
     dropped = dict.fromkeys(REASONS, 0)
     keep_src, keep_tgt = [], []
     for s, t in zip(src, tgt, strict=True):
@@ -33,7 +41,6 @@ def clean_pairs(
         else:
             keep_src.append(s)
             keep_tgt.append(t)
-    _log_dropped(split, len(keep_src), dropped)
     return keep_src, keep_tgt, dropped
 
 
@@ -57,7 +64,7 @@ def _reject(src: str, tgt: str, cfg: CleanConfig, train: bool) -> str | None:
     return None
 
 
-def _log_dropped(split: str, kept: int, dropped: dict[str, int]) -> None:
+def log_dropped(split: str, kept: int, dropped: dict[str, int]) -> None:
     total = sum(dropped.values())
     details = ", ".join(f"{reason} {n}" for reason, n in dropped.items() if n) or "none"
     log.info("%s: kept %d pairs, dropped %d (%s)", split, kept, total, details)

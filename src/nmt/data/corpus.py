@@ -3,12 +3,20 @@
 Layout under ``{cache_dir}/{name}/``::
 
     text-<data hash>/                  one folder per data setting (source, files, sizes, cleaning)
-        meta.json                      the settings and the counts of kept/dropped pairs
-        {train,valid,test}.{lang}      cleaned text of BOTH languages, one sentence per line
+        meta.json                      the settings, the counts of kept/dropped pairs, the chunks of train
+        train.{lang}.gz                cleaned training text of BOTH languages, one sentence per line, as
+                                       gzip members of whole chunks (the unit the workers encode)
+        {valid,test}.{lang}            cleaned text, plain
         tokenizer-<hash>/              SentencePiece model(s), see nmt.tokenizer.train_tokenizer
-        ids-<tokenizer fingerprint>/   {split}.{lang}.ids.npy (flat int32) + .offsets.npy (int64)
+        ids-<tokenizer fingerprint>/   {split}.{lang}.ids.npy (uint16 up to 65,536 subwords, else uint32)
+                                       + .offsets.npy (int64, one more than the sentences)
         samples-<fingerprint>-<hash>/  train{k}.{lang}.*.npy: sampled segmentations of the training
                                        split (tokenizer.sampling_alpha > 0), one per k < sampled_copies
+
+The corpus streams through: it is read, cleaned and written a chunk at a time, SentencePiece trains on
+a sample bounded by ``tokenizer.input_sentence_size`` in a process of its own, and ``data.workers``
+processes encode the chunks, whose ids go to disk as they come. Memory stays near a chunk per process
+whatever the size of the corpus; the ids equal those of one process encoding everything at once.
 
 The data hash ignores the translation direction, so en->de and de->en share the text (and, with a
 joint tokenizer, the encoded ids too). Each folder is written atomically and never modified, so its
@@ -17,29 +25,39 @@ existence means it is complete; changed settings simply get a new folder.
 
 from __future__ import annotations
 
-import itertools
+import collections
+import gzip
 import json
 import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from tqdm import tqdm
 
 from nmt.cache import atomic_dir, config_dict, hash_key
 from nmt.config import DataConfig, TokenizerConfig
-from nmt.data.clean import clean_pairs
-from nmt.data.sources import SPLITS, load_source, local_files, read_lines, resolve_source
+from nmt.data.clean import REASONS, clean_chunk, log_dropped
+from nmt.data.sources import SPLITS, local_files, read_lines, resolve_source, source_chunks
 from nmt.errors import NMTError
+from nmt.text_workers import encode_chunk, encode_lines, ids_dtype, init_encoder, text_lines
 from nmt.tokenizer import Tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
 
+TEXT_VERSION = 3  # 2: plain training text and int32 ids; 1 dropped empty valid/test pairs
+CHUNK_PAIRS = 10_000  # training pairs per gzip member: a worker's unit of work
+GZIP_LEVEL = 1  # the training text is read back once per encoding; level 1 is ~4x faster than 6
+
 
 class EncodedSplit:
     """Token ids (no BOS/EOS) of one split as flat arrays plus offsets: opening a memory-mapped split
-    costs nothing, whatever its size."""
+    costs nothing, whatever its size; the lengths cost 4 bytes a sentence a side."""
 
     def __init__(
         self, src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray, tgt_offsets: np.ndarray
@@ -48,8 +66,8 @@ class EncodedSplit:
             raise ValueError("source and target have different numbers of sentences")
         self._src_ids, self._src_offsets = src_ids, src_offsets
         self._tgt_ids, self._tgt_offsets = tgt_ids, tgt_offsets
-        self.src_lengths: np.ndarray = np.diff(src_offsets)
-        self.tgt_lengths: np.ndarray = np.diff(tgt_offsets)
+        self.src_lengths: np.ndarray = np.diff(src_offsets).astype(np.int32)
+        self.tgt_lengths: np.ndarray = np.diff(tgt_offsets).astype(np.int32)
 
     @classmethod
     def load(cls, folder: Path, split: str, src_lang: str, tgt_lang: str) -> EncodedSplit:
@@ -88,9 +106,19 @@ class PreparedData:
 
     def raw(self, split: str) -> tuple[list[str], list[str]]:
         """Cleaned source and reference text, in corpus order (the references for BLEU)."""
-        return read_lines(self.root / f"{split}.{self.src_lang}"), read_lines(
-            self.root / f"{split}.{self.tgt_lang}"
-        )
+        return read_text(self.root, split, self.src_lang), read_text(self.root, split, self.tgt_lang)
+
+
+def text_path(root: Path, split: str, lang: str) -> Path:
+    """The cleaned text of one side of a split in a prepared text folder."""
+    return root / (f"train.{lang}.gz" if split == "train" else f"{split}.{lang}")
+
+
+def read_text(root: Path, split: str, lang: str) -> list[str]:
+    """One side of a prepared split, whole (the training split of a large corpus is big: stream it
+    with nmt.text_workers.text_lines instead)."""
+    path = text_path(root, split, lang)
+    return list(text_lines([path])) if split == "train" else read_lines(path)
 
 
 def prepare_corpus(data_cfg: DataConfig, tok_cfg: TokenizerConfig, progress: bool = True) -> PreparedData:
@@ -99,38 +127,41 @@ def prepare_corpus(data_cfg: DataConfig, tok_cfg: TokenizerConfig, progress: boo
     src, tgt = data_cfg.src_lang, data_cfg.tgt_lang
     if src == tgt:
         raise NMTError(f"data.src_lang and data.tgt_lang are both {src!r}")
-    sampling = tok_cfg.sampling_alpha > 0
-    with tqdm(total=3 + sampling, desc="preparing data", unit="step", disable=not progress) as bar:
-        bar.set_postfix_str("text")
-        root = _prepare_text(data_cfg, progress)
-        bar.update()
-        bar.set_postfix_str("tokenizer")
-        tokenizer = train_tokenizer(tok_cfg, root / f"train.{src}", root / f"train.{tgt}", root)
-        bar.update()
-        bar.set_postfix_str("encoding")
-        ids_dir = _encode(root, tokenizer, src, tgt)
-        bar.update()
-        copies = []
-        if sampling:
-            bar.set_postfix_str("sampling")
-            copies = _sample_train(root, tokenizer, tok_cfg, src, tgt)
-            bar.update()
+    workers = data_workers(data_cfg)
+    root = _prepare_text(data_cfg, progress)
+    tokenizer = train_tokenizer(tok_cfg, text_path(root, "train", src), text_path(root, "train", tgt), root)
+    ids_dir = _encode(root, tokenizer, src, tgt, workers, progress)
+    copies = (
+        _sample_train(root, tokenizer, tok_cfg, src, tgt, workers, progress)
+        if tok_cfg.sampling_alpha > 0
+        else []
+    )
     splits = {split: EncodedSplit.load(ids_dir, split, src, tgt) for split in SPLITS}
     meta = json.loads((root / "meta.json").read_text())
     summary = _summary(data_cfg, root, tokenizer, splits, meta, copies)
     return PreparedData(root, tokenizer, splits, summary, src, tgt, copies)
 
 
+def data_workers(cfg: DataConfig) -> int:
+    """``data.workers``, 0 meaning one per CPU core this process may use."""
+    if cfg.workers < 0:
+        raise NMTError(f"data.workers={cfg.workers}: must be >= 0 (0 = one per CPU core)")
+    if cfg.workers:
+        return cfg.workers
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 # ----------------------------------------------------------------------------------------------- text
 
 
-def _text_settings(cfg: DataConfig) -> dict:
-    """Everything that changes the cleaned text; not the direction, nor where the cache lives."""
+def _text_settings(cfg: DataConfig, version: int = TEXT_VERSION) -> dict:
+    """Everything that changes the cleaned text; not the direction, nor where the cache lives, nor how
+    many processes make it."""
     settings = config_dict(cfg)
-    for key in ("name", "cache_dir", "src_lang", "tgt_lang"):
+    for key in ("name", "cache_dir", "src_lang", "tgt_lang", "workers"):
         settings.pop(key, None)
     settings["langs"] = sorted([cfg.src_lang, cfg.tgt_lang])
-    settings["text_version"] = 2  # version 1 dropped empty valid/test pairs: its text must not be reused
+    settings["text_version"] = version
     if cfg.source == "multi30k":  # pinned by digests, wherever the files are found
         settings.pop("dir"), settings.pop("url")
     if cfg.source == "local":
@@ -145,50 +176,317 @@ def _text_settings(cfg: DataConfig) -> dict:
 
 def _prepare_text(cfg: DataConfig, progress: bool) -> Path:
     name, cfg = cfg.name, resolve_source(cfg)
-    settings = _text_settings(cfg)
-    root = Path(cfg.cache_dir) / name / f"text-{hash_key(settings)}"
+    folder = Path(cfg.cache_dir) / name
+    root = folder / f"text-{hash_key(_text_settings(cfg))}"
     if root.is_dir():
         return root
+    older = folder / f"text-{hash_key(_text_settings(cfg, version=2))}"
+    if older.is_dir():
+        log.warning(
+            "%s was prepared by an older version (plain training text, int32 ids): preparing the corpus "
+            "again as %s (the old folder can be deleted)",
+            older,
+            root,
+        )
     log.info("reading %s data -> %s", cfg.source, root)
-    corpus = load_source(cfg, progress=progress)
-    lang_a, lang_b = settings["langs"]
-    meta: dict = {"config": settings, "pairs": {}, "dropped": {}}
+    langs = tuple(sorted([cfg.src_lang, cfg.tgt_lang]))
+    meta: dict = {"config": _text_settings(cfg), "pairs": {}, "dropped": {}}
     with atomic_dir(root) as tmp:
         for split in SPLITS:
-            a, b, dropped = clean_pairs(corpus[split][lang_a], corpus[split][lang_b], cfg.clean, split)
-            _write_lines(tmp / f"{split}.{lang_a}", a)
-            _write_lines(tmp / f"{split}.{lang_b}", b)
-            meta["pairs"][split], meta["dropped"][split] = len(a), dropped
+            meta["pairs"][split], meta["dropped"][split], chunks = _write_split(
+                cfg, split, langs, tmp, progress
+            )
+            if split == "train":
+                meta["train_chunks"] = chunks
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return root
 
 
-def _write_lines(path: Path, lines: list[str]) -> None:
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+def _write_split(
+    cfg: DataConfig, split: str, langs: tuple[str, str], folder: Path, progress: bool
+) -> tuple[int, dict[str, int], dict]:
+    """Clean the split's chunks as they are read and write them: (kept pairs, dropped per reason,
+    the gzip members of the training text)."""
+    train = split == "train"
+    dropped = dict.fromkeys(REASONS, 0)
+    writer = TrainTextWriter(folder, langs) if train else PlainTextWriter(folder, split, langs)
+    order = (cfg.src_lang, cfg.tgt_lang)
+    with writer, tqdm(desc=f"reading {split}", unit=" pairs", disable=not progress, leave=False) as bar:
+        for src, tgt in source_chunks(cfg, split):
+            kept_src, kept_tgt, chunk_dropped = clean_chunk(src, tgt, cfg.clean, train)
+            writer.add(dict(zip(order, (kept_src, kept_tgt))))
+            for reason, n in chunk_dropped.items():
+                dropped[reason] += n
+            bar.update(len(src))
+    log_dropped(split, writer.pairs, dropped)
+    return writer.pairs, dropped, writer.chunks()
+
+
+class PlainTextWriter:
+    """``{split}.{lang}`` files, a line per sentence, written as chunks come."""
+
+    def __init__(self, folder: Path, split: str, langs: tuple[str, str]):
+        self.paths = {lang: folder / f"{split}.{lang}" for lang in langs}
+        self.files = {lang: _open_for_writing(path) for lang, path in self.paths.items()}
+        self.pairs = 0
+
+    def add(self, lines: dict[str, list[str]]) -> None:
+        for lang, f in self.files.items():
+            _write(f, self.paths[lang], "".join(line + "\n" for line in lines[lang]).encode("utf-8"))
+        self.pairs += len(lines[next(iter(lines))])
+
+    def chunks(self) -> dict:
+        return {}
+
+    def __enter__(self) -> PlainTextWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for lang, f in self.files.items():
+            _close(f, self.paths[lang])
+
+
+class TrainTextWriter(PlainTextWriter):
+    """``train.{lang}.gz``: gzip members of ``CHUNK_PAIRS`` lines (the last may hold fewer), whose byte
+    offsets go to meta.json, so that each worker decompresses just its own chunk."""
+
+    def __init__(self, folder: Path, langs: tuple[str, str]):
+        self.paths = {lang: folder / f"train.{lang}.gz" for lang in langs}
+        self.files = {lang: _open_for_writing(path) for lang, path in self.paths.items()}
+        self.pairs = 0
+        self.buffer: dict[str, list[str]] = {lang: [] for lang in langs}
+        self.offsets: dict[str, list[int]] = {lang: [0] for lang in langs}
+        self.sizes: list[int] = []
+
+    def add(self, lines: dict[str, list[str]]) -> None:
+        for lang, new in lines.items():
+            self.buffer[lang] += new
+        while len(self.buffer[next(iter(self.buffer))]) >= CHUNK_PAIRS:
+            self._flush(CHUNK_PAIRS)
+
+    def _flush(self, n: int) -> None:
+        for lang, f in self.files.items():
+            lines, self.buffer[lang] = self.buffer[lang][:n], self.buffer[lang][n:]
+            text = "".join(line + "\n" for line in lines).encode("utf-8")
+            member = gzip.compress(text, compresslevel=GZIP_LEVEL, mtime=0)
+            _write(f, self.paths[lang], member)
+            self.offsets[lang].append(self.offsets[lang][-1] + len(member))
+        self.sizes.append(n)
+        self.pairs += n
+
+    def chunks(self) -> dict:
+        return {"pairs": self.sizes, "offsets": self.offsets}
+
+    def __exit__(self, *exc: object) -> None:
+        rest = len(self.buffer[next(iter(self.buffer))])
+        if rest and exc[0] is None:
+            self._flush(rest)
+        super().__exit__(*exc)
+
+
+def _open_for_writing(path: Path) -> BinaryIO:
+    try:
+        return open(path, "wb")  # noqa: SIM115 (closed by the writer)
+    except OSError as e:
+        raise _disk_error(path, e) from None
+
+
+def _write(f: BinaryIO, path: Path, data: bytes | memoryview) -> None:
+    try:
+        f.write(data)
+    except OSError as e:
+        raise _disk_error(path, e) from None
+
+
+def _close(f: BinaryIO, path: Path) -> None:
+    try:
+        f.close()
+    except OSError as e:
+        raise _disk_error(path, e) from None
+
+
+def _disk_error(path: Path, e: OSError) -> NMTError:
+    """One line naming the file; nothing half-written stays (the folder is written atomically)."""
+    return NMTError(
+        f"{path}: cannot write it ({e.strerror or e}); nothing was kept: free some space or set "
+        "data.cache_dir=... to another disk, then run again"
+    )
 
 
 # ----------------------------------------------------------------------------------------------- ids
 
 
-def _encode(root: Path, tokenizer: Tokenizer, src: str, tgt: str) -> Path:
+def _encode(root: Path, tokenizer: Tokenizer, src: str, tgt: str, workers: int, progress: bool) -> Path:
     folder = root / f"ids-{tokenizer.fingerprint}"
     if folder.is_dir():
         return folder
-    log.info("encoding -> %s", folder)
+    log.info("encoding with %d process%s -> %s", workers, "es" * (workers > 1), folder)
     with atomic_dir(folder) as tmp:
-        for split in SPLITS:
-            for lang, encode in ((src, tokenizer.encode_src), (tgt, tokenizer.encode_tgt)):
-                ids, offsets = _flatten(encode(read_lines(root / f"{split}.{lang}")))
-                np.save(tmp / f"{split}.{lang}.ids.npy", ids)
-                np.save(tmp / f"{split}.{lang}.offsets.npy", offsets)
+        _encode_train(root, tmp, "train", _protos(tokenizer, src, tgt), workers, progress)
+        for split in ("valid", "test"):
+            for lang in (src, tgt):
+                flat, lengths = encode_lines(_processor(tokenizer, lang, src), read_text(root, split, lang))
+                _write_encoded(tmp, f"{split}.{lang}", [(flat, lengths)], flat.dtype)
     return folder
 
 
+def _protos(tokenizer: Tokenizer, src: str, tgt: str) -> dict[str, bytes]:
+    src_proto, tgt_proto = tokenizer.protos
+    return {src: src_proto, tgt: tgt_proto or src_proto}
+
+
+def _processor(tokenizer: Tokenizer, lang: str, src: str) -> Any:
+    return tokenizer.src_processor if lang == src else tokenizer.tgt_processor
+
+
+def _encode_train(
+    root: Path,
+    out: Path,
+    name: str,
+    protos: dict[str, bytes],
+    workers: int,
+    progress: bool,
+    alpha: float = 0.0,
+    seed: int | None = None,
+) -> None:
+    """Encode every chunk of the training text (sampled from ``seed`` when given) into
+    ``{name}.{lang}.ids.npy`` and ``.offsets.npy``, in corpus order, as the results come."""
+    chunks = json.loads((root / "meta.json").read_text())["train_chunks"]
+    langs = list(protos)
+    vocab = {lang: _vocab_size(proto) for lang, proto in protos.items()}
+
+    def tasks() -> Iterator[tuple[str, bytes, float, int | None]]:
+        files = {lang: open(text_path(root, "train", lang), "rb") for lang in langs}  # noqa: SIM115
+        try:
+            for c in range(len(chunks["pairs"])):
+                for lang in langs:
+                    start, end = chunks["offsets"][lang][c : c + 2]
+                    files[lang].seek(start)
+                    yield (
+                        lang,
+                        files[lang].read(end - start),
+                        alpha,
+                        None if seed is None else chunk_seed(seed, c),
+                    )
+        finally:
+            for f in files.values():
+                f.close()
+
+    writers = {lang: EncodedWriter(out, f"{name}.{lang}", ids_dtype(vocab[lang])) for lang in langs}
+    total = 2 * len(chunks["pairs"])
+    results = ordered_map(encode_chunk, tasks(), workers, init_encoder, (protos,))
+    with tqdm(total=total, desc=f"encoding {name}", unit=" chunks", disable=not progress, leave=False) as bar:
+        for i, (flat, lengths) in enumerate(results):
+            writers[langs[i % 2]].add(flat, lengths)
+            bar.update()
+    for writer in writers.values():
+        writer.close()
+
+
+def chunk_seed(seed: int, chunk: int) -> int:
+    """The sampling seed of one chunk: ``seed`` for the first, then distinct per chunk (32 bits, as
+    SentencePiece takes them)."""
+    return (seed + chunk * 1_000_003) % (1 << 32)
+
+
+def _vocab_size(proto: bytes) -> int:
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    return len(model.pieces)
+
+
+def ordered_map(
+    fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int, init: Callable[..., None], initargs: tuple
+) -> Iterator[Any]:
+    """``map(fn, tasks)`` in ``workers`` processes, results in task order; at most two tasks per worker
+    in flight, so memory stays bounded however many tasks there are. One worker runs here."""
+    if workers <= 1:
+        init(*initargs)
+        yield from map(fn, tasks)
+        return
+    # spawn: nothing of this process (torch's threads, open files) is inherited, and the workers import
+    # only nmt.text_workers. A worker that dies fails the map (BrokenProcessPool) instead of hanging it.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=init, initargs=initargs) as pool:
+        pending: collections.deque = collections.deque()
+        try:
+            for task in tasks:
+                pending.append(pool.submit(fn, task))
+                if len(pending) >= 2 * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+class EncodedWriter:
+    """``{name}.ids.npy`` and ``{name}.offsets.npy`` written a chunk at a time."""
+
+    def __init__(self, folder: Path, name: str, dtype: np.dtype):
+        self.ids = NpyWriter(folder / f"{name}.ids.npy", dtype)
+        self.offsets = NpyWriter(folder / f"{name}.offsets.npy", np.dtype(np.int64))
+        self.offsets.add(np.zeros(1, dtype=np.int64))
+        self.end = 0
+
+    def add(self, flat: np.ndarray, lengths: np.ndarray) -> None:
+        self.ids.add(flat)
+        self.offsets.add(self.end + np.cumsum(lengths, dtype=np.int64))
+        self.end += int(lengths.sum())
+
+    def close(self) -> None:
+        self.ids.close()
+        self.offsets.close()
+
+
+class NpyWriter:
+    """A one-dimensional ``.npy`` file written in pieces, its length unknown until the end: a header of
+    fixed size is reserved, and filled in (with the final shape) when the file is closed."""
+
+    HEADER = 128  # bytes, a multiple of 64 as the format asks; room for any shape of one dimension
+
+    def __init__(self, path: Path, dtype: np.dtype):
+        self.path, self.dtype, self.count = path, np.dtype(dtype), 0
+        self.file = _open_for_writing(path)
+        _write(self.file, path, bytes(self.HEADER))
+
+    def add(self, array: np.ndarray) -> None:
+        array = np.ascontiguousarray(array, dtype=self.dtype)
+        _write(self.file, self.path, memoryview(array).cast("B"))
+        self.count += len(array)
+
+    def close(self) -> None:
+        descr = np.lib.format.dtype_to_descr(self.dtype)
+        header = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': ({self.count},), }}"
+        header = header.ljust(self.HEADER - 10 - 1) + "\n"
+        magic = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little")
+        try:
+            self.file.seek(0)
+            self.file.write(magic + header.encode("latin1"))
+        except OSError as e:
+            raise _disk_error(self.path, e) from None
+        _close(self.file, self.path)
+
+
+def _write_encoded(
+    folder: Path, name: str, parts: list[tuple[np.ndarray, np.ndarray]], dtype: np.dtype
+) -> None:
+    writer = EncodedWriter(folder, name, dtype)
+    for flat, lengths in parts:
+        writer.add(flat, lengths)
+    writer.close()
+
+
 def _sample_train(
-    root: Path, tokenizer: Tokenizer, cfg: TokenizerConfig, src: str, tgt: str
+    root: Path, tokenizer: Tokenizer, cfg: TokenizerConfig, src: str, tgt: str, workers: int, progress: bool
 ) -> list[EncodedSplit]:
-    """``cfg.sampled_copies`` sampled segmentations of the training split, encoded once and cached: copy k
-    is drawn with seed ``cfg.seed + k``, so the same settings give the same copies on any machine."""
+    """``cfg.sampled_copies`` sampled segmentations of the training split, made once and cached: copy k
+    of chunk c is seeded with :func:`chunk_seed` (``cfg.seed + k``, c). SentencePiece's sampling is not
+    reproducible across processes from its seed (sentencepiece 0.2.3: the same seed gives other draws
+    in another process), so a run trains on the copies in its cache, and another cache holds others."""
     settings = {"alpha": cfg.sampling_alpha, "copies": cfg.sampled_copies, "seed": cfg.seed}
     folder = root / f"samples-{tokenizer.fingerprint}-{hash_key(settings)}"
     if not folder.is_dir():
@@ -198,22 +496,19 @@ def _sample_train(
             cfg.sampling_alpha,
             folder,
         )
-        sides = [(src, tokenizer.sample_src), (tgt, tokenizer.sample_tgt)]
-        texts = {lang: read_lines(root / f"train.{lang}") for lang, _ in sides}
         with atomic_dir(folder) as tmp:
             for k in range(cfg.sampled_copies):
-                for lang, sample in sides:
-                    ids, offsets = _flatten(sample(texts[lang], cfg.sampling_alpha, cfg.seed + k))
-                    np.save(tmp / f"train{k}.{lang}.ids.npy", ids)
-                    np.save(tmp / f"train{k}.{lang}.offsets.npy", offsets)
+                _encode_train(
+                    root,
+                    tmp,
+                    f"train{k}",
+                    _protos(tokenizer, src, tgt),
+                    workers,
+                    progress,
+                    cfg.sampling_alpha,
+                    cfg.seed + k,
+                )
     return [EncodedSplit.load(folder, f"train{k}", src, tgt) for k in range(cfg.sampled_copies)]
-
-
-def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs)), out=offsets[1:])
-    ids = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int32, count=int(offsets[-1]))
-    return ids, offsets
 
 
 # -------------------------------------------------------------------------------------------- summary

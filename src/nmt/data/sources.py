@@ -1,12 +1,15 @@
-"""Where parallel text comes from: Hugging Face ``datasets``, a folder of text files, or a toy task.
+"""Where parallel text comes from: Hugging Face ``datasets``, a folder of text files, Multi30k, or a toy task.
 
-Every source returns the same shape, ``{split: {lang: lines}}`` for the splits train/valid/test and
-both languages, so the rest of the pipeline does not care where the text came from.
+Every source gives the same shape: per split (train/valid/test), chunks of ``(source lines, target
+lines)`` in the direction's order (:func:`source_chunks`), so the rest of the pipeline does not care
+where the text came from, and a corpus of millions of pairs is never held whole. :func:`load_source`
+collects them, for small corpora and tests.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import random
 from collections.abc import Callable, Iterator
@@ -14,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from nmt.config import DataConfig, HFDataConfig, LocalDataConfig, Multi30kDataConfig, ToyDataConfig
 from nmt.data.download import multi30k_dir
@@ -24,15 +26,32 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 RawCorpus = dict[str, dict[str, list[str]]]
+Chunk = tuple[list[str], list[str]]  # source lines, target lines
+CHUNK_LINES = 10_000  # lines read at a time from local files
+
+
+def source_chunks(cfg: DataConfig, split: str) -> Iterator[Chunk]:
+    """The raw pairs of ``split`` in chunks, for the source named by ``cfg.source`` (resolved first:
+    see :func:`resolve_source`)."""
+    cfg = resolve_source(cfg)
+    readers = {"hf": _hf_chunks, "local": _local_chunks, "multi30k": _multi30k_chunks, "toy": _toy_chunks}
+    if cfg.source not in readers:
+        raise NMTError(f"data.source={cfg.source!r}: expected one of {', '.join(readers)}")
+    return readers[cfg.source](cfg, split)
 
 
 def load_source(cfg: DataConfig, progress: bool = False) -> RawCorpus:
-    """Raw parallel text of every split, for the source named by ``cfg.source``."""
+    """Raw parallel text of every split, whole: for small corpora (the pipeline streams chunks)."""
     cfg = resolve_source(cfg)
-    loaders = {"hf": load_hf, "local": load_local, "multi30k": load_multi30k, "toy": make_toy}
-    if cfg.source not in loaders:
-        raise NMTError(f"data.source={cfg.source!r}: expected one of {', '.join(loaders)}")
-    return loaders[cfg.source](cfg, progress=progress)
+    corpus: RawCorpus = {}
+    for split in SPLITS:
+        src: list[str] = []
+        tgt: list[str] = []
+        for a, b in source_chunks(cfg, split):
+            src += a
+            tgt += b
+        corpus[split] = {cfg.src_lang: src, cfg.tgt_lang: tgt}
+    return corpus
 
 
 def resolve_source(cfg: DataConfig) -> DataConfig:
@@ -57,10 +76,13 @@ def resolve_source(cfg: DataConfig) -> DataConfig:
 
 def load_multi30k(cfg: Multi30kDataConfig, progress: bool = False) -> RawCorpus:
     """Multi30k from ``data.dir``, the download cache or a download (nmt.data.download)."""
-    folder = multi30k_dir(cfg, progress=progress)
-    return load_local(
-        LocalDataConfig(dir=str(folder), name=cfg.name, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang)
-    )
+    return load_source(cfg, progress)
+
+
+def _multi30k_chunks(cfg: Multi30kDataConfig, split: str) -> Iterator[Chunk]:
+    local = LocalDataConfig(dir=str(multi30k_dir(cfg, progress=True)), name=cfg.name)
+    local.src_lang, local.tgt_lang = cfg.src_lang, cfg.tgt_lang
+    return _local_chunks(local, split)
 
 
 # -------------------------------------------------------------------------------------- local files
@@ -85,19 +107,18 @@ def missing_local_files(cfg: LocalDataConfig) -> list[Path]:
 
 def load_local(cfg: LocalDataConfig, progress: bool = False) -> RawCorpus:
     """``{dir}/{split}.{lang}``; the ``extra_train`` prefixes are appended to the training split."""
+    return load_source(cfg, progress)
+
+
+def _local_chunks(cfg: LocalDataConfig, split: str) -> Iterator[Chunk]:
     missing = missing_local_files(cfg)
     if missing:
         raise NMTError(_missing_message(cfg, missing))
-    langs = (cfg.src_lang, cfg.tgt_lang)
-    corpus: RawCorpus = {split: {lang: [] for lang in langs} for split in SPLITS}
     for prefix in _local_prefixes(cfg):
-        split = prefix if prefix in SPLITS else "train"
-        src, tgt = read_parallel(
-            Path(cfg.dir) / f"{prefix}.{langs[0]}", Path(cfg.dir) / f"{prefix}.{langs[1]}"
-        )
-        corpus[split][langs[0]] += src
-        corpus[split][langs[1]] += tgt
-    return corpus
+        if (prefix if prefix in SPLITS else "train") == split:
+            yield from read_parallel_chunks(
+                Path(cfg.dir) / f"{prefix}.{cfg.src_lang}", Path(cfg.dir) / f"{prefix}.{cfg.tgt_lang}"
+            )
 
 
 def _missing_message(cfg: LocalDataConfig, missing: list[Path]) -> str:
@@ -116,12 +137,64 @@ def _missing_message(cfg: LocalDataConfig, missing: list[Path]) -> str:
 
 
 def read_parallel(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise NMTError(
-            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; the files must be line-aligned"
-        )
+    src: list[str] = []
+    tgt: list[str] = []
+    for a, b in read_parallel_chunks(src_path, tgt_path):
+        src += a
+        tgt += b
     return src, tgt
+
+
+def read_parallel_chunks(src_path: Path, tgt_path: Path, size: int = CHUNK_LINES) -> Iterator[Chunk]:
+    """Line-aligned files ``size`` lines at a time, stripped, checked as :func:`read_lines` checks one
+    file (UTF-8, lines split on "\\n" only), and checked to have as many lines as each other."""
+    with _open_binary(src_path) as fs, _open_binary(tgt_path) as ft:
+        line, offsets = 0, [0, 0]
+        while True:
+            chunks = [list(itertools.islice(f, size)) for f in (fs, ft)]
+            if len(chunks[0]) != len(chunks[1]):
+                src_lines = line + len(chunks[0]) + sum(1 for _ in fs)
+                tgt_lines = line + len(chunks[1]) + sum(1 for _ in ft)
+                raise NMTError(
+                    f"{src_path} has {src_lines} lines but {tgt_path} has {tgt_lines}; "
+                    "the files must be line-aligned"
+                )
+            if not chunks[0]:
+                return
+            paths = (src_path, tgt_path)
+            texts = [_decode_lines(raw, paths[i], line, offsets[i]) for i, raw in enumerate(chunks)]
+            for i, raw in enumerate(chunks):
+                offsets[i] += sum(map(len, raw))
+            line += len(chunks[0])
+            yield texts[0], texts[1]
+
+
+@contextlib.contextmanager
+def _open_binary(path: Path) -> Iterator[Any]:
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (closed below; an open error must name the file)
+    except OSError as e:
+        raise NMTError(f"{path}: cannot read it ({e.strerror or e})") from None
+    try:
+        yield f
+    except OSError as e:
+        raise NMTError(f"{path}: reading failed ({e.strerror or e})") from None
+    finally:
+        f.close()
+
+
+def _decode_lines(raw: list[bytes], path: Path, first_line: int, first_byte: int) -> list[str]:
+    """Stripped text of raw lines; a BOM at the very start of the file is dropped."""
+    data = b"".join(raw)
+    try:
+        text = data.decode("utf-8-sig" if first_byte == 0 else "utf-8")
+    except UnicodeDecodeError as e:
+        line = first_line + data.count(b"\n", 0, e.start) + 1
+        raise NMTError(f"{path}:{line}: invalid UTF-8 ({e.reason} at byte {first_byte + e.start})") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.strip() for line in lines]
 
 
 def read_lines(path: Path) -> list[str]:
@@ -148,28 +221,62 @@ def load_hf(cfg: HFDataConfig, progress: bool = False) -> RawCorpus:
     With ``data_files`` set, ``path`` names a datasets builder ("parquet", "json", ...) and
     ``data_files`` a file path or glob containing ``{split}``, filled in with the split names.
     """
+    return load_source(cfg, progress)
+
+
+def _hf_chunks(cfg: HFDataConfig, split: str) -> Iterator[Chunk]:
+    if split != "train":
+        hf_split = cfg.valid_split if split == "valid" else cfg.test_split
+        columns = _hf_columns(cfg, hf_split, _hf_rows(cfg, hf_split))
+        yield columns[cfg.src_lang], columns[cfg.tgt_lang]
+        return
     files = _hf_data_files(cfg, cfg.train_split)
     if not all(f.endswith(".parquet") for f in files):
         raise NMTError(
             f"{cfg.path}: the training files must be parquet to draw data.train_size pairs from all of them, "
             f"got {files[:3]}"
         )
-    rows = sample_parquet(files, cfg.train_size, cfg.seed)
-    rows = tqdm(rows, total=cfg.train_size, desc="sampling train", unit=" pairs", disable=not progress)
-    corpus = {"train": _hf_columns(cfg, cfg.train_split, rows)}
-    for split, hf_split in (("valid", cfg.valid_split), ("test", cfg.test_split)):
-        corpus[split] = _hf_columns(cfg, hf_split, _hf_rows(cfg, hf_split))
-    return corpus
+    try:
+        for table in sample_parquet(files, cfg.train_size, cfg.seed):
+            yield _arrow_columns(cfg, table)
+    except NMTError:
+        raise
+    except Exception as e:  # network and file errors come as many types
+        raise NMTError(
+            f"{cfg.path}, split {cfg.train_split!r}: reading failed: {type(e).__name__}: {e}; {_hint(cfg)}"
+        ) from None
 
 
-def sample_parquet(files: list[str], n: int, seed: int) -> Iterator[dict]:
-    """``n`` rows drawn from all ``files`` in proportion to their sizes, deterministic for ``seed``.
+def _arrow_columns(cfg: HFDataConfig, table: Any) -> Chunk:
+    """The two languages of a ``translation`` struct column, as lists of stripped strings."""
+    import pyarrow.compute as pc
+
+    names = table.schema.names
+    fields = [f.name for f in table.schema.field("translation").type] if "translation" in names else []
+    for key in ("translation", cfg.src_lang, cfg.tgt_lang):
+        if key not in names + fields:
+            raise NMTError(
+                f"{cfg.path}, split {cfg.train_split!r}: rows must look like {{'translation': "
+                f"{{'{cfg.src_lang}': ..., '{cfg.tgt_lang}': ...}}}}; missing key '{key}'"
+            )
+    pairs = table.column("translation")
+    src, tgt = (
+        [text.strip() for text in pc.struct_field(pairs, lang).to_pylist()]
+        for lang in (cfg.src_lang, cfg.tgt_lang)
+    )
+    return src, tgt
+
+
+def sample_parquet(files: list[str], n: int, seed: int) -> Iterator[Any]:
+    """``n`` rows drawn from all ``files`` in proportion to their sizes, deterministic for ``seed``, as
+    pyarrow tables of one row group's drawn rows each.
 
     WMT14's training split is written corpus after corpus (Europarl, then CommonCrawl, then News
     Commentary), so its first rows are one corpus only. Here each file gets its share of ``n``; from
-    each file, row groups are read in a seeded random order until they hold that share, and the share is
-    drawn from them. Only those row groups are read (from the hub: downloaded), so memory and traffic
-    stay near ``n`` rows, not the 4.5M of the whole split. ``n`` >= the total means every row.
+    each file, row groups are chosen in a seeded random order until they hold that share, and the share
+    is drawn from them. Only those row groups are read (from the hub: downloaded), one at a time, so
+    memory stays near one row group and traffic near ``n`` rows, not the 4.5M of the whole split.
+    ``n`` >= the total means every row.
     """
     import fsspec  # comes with datasets
     import pyarrow.parquet as pq
@@ -187,8 +294,13 @@ def sample_parquet(files: list[str], n: int, seed: int) -> Iterator[dict]:
                 rows += pf.metadata.row_group(g).num_rows
                 if rows >= quota:
                     break
-            table = pf.read_row_groups(sorted(groups))
-            yield from table.take(np.sort(rng.choice(table.num_rows, quota, replace=False))).to_pylist()
+            groups.sort()
+            starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in groups])
+            chosen = np.sort(rng.choice(int(starts[-1]), quota, replace=False))
+            bounds = np.searchsorted(chosen, starts)
+            for i, g in enumerate(groups):
+                if bounds[i] < bounds[i + 1]:
+                    yield pf.read_row_group(g).take(chosen[bounds[i] : bounds[i + 1]] - starts[i])
 
 
 def _proportional(sizes: list[int], n: int) -> list[int]:
@@ -314,6 +426,12 @@ def make_toy(cfg: ToyDataConfig, progress: bool = False) -> RawCorpus:
             "tgt": [" ".join(_swap_pairs([lexicon[w] for w in s])) for s in sentences],
         }
     return corpus
+
+
+def _toy_chunks(cfg: ToyDataConfig, split: str) -> Iterator[Chunk]:
+    """The toy task is small: made whole, handed out as one chunk."""
+    corpus = make_toy(cfg)[split]
+    yield corpus[cfg.src_lang], corpus[cfg.tgt_lang]
 
 
 def _invent_words(rng: random.Random, n: int) -> list[str]:

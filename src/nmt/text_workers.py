@@ -1,0 +1,81 @@
+"""The work of preparing a corpus that runs in other processes: SentencePiece encoding of text chunks,
+and SentencePiece training.
+
+Kept apart from the rest of the package, with no torch import, so that a worker process starts in a
+fraction of a second and holds only what it works on. A chunk travels as the gzip member that holds it
+in the prepared text (a few hundred kB), and comes back as one flat array of ids and one of lengths:
+never as Python lists, which cost ~36 bytes an id.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import resource
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+# Set in each worker by init_encoder: the SentencePiece processors by language.
+_PROCESSORS: dict[str, spm.SentencePieceProcessor] = {}
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    """The smallest unsigned type that holds every id: uint16 up to 65,536 entries, as fairseq does."""
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+def init_encoder(protos: dict[str, bytes]) -> None:
+    """Load the SentencePiece model of each language (once per worker)."""
+    _PROCESSORS.clear()
+    for lang, proto in protos.items():
+        _PROCESSORS[lang] = spm.SentencePieceProcessor(model_proto=proto)
+
+
+def encode_chunk(task: tuple[str, bytes, float, int | None]) -> tuple[np.ndarray, np.ndarray]:
+    """``(lang, gzip'd lines, alpha, seed)`` -> (flat ids, lengths): the best segmentation when seed is
+    None, else a sampled one seeded with ``seed`` (SentencePiece 0.2's sampling still differs from one
+    process to the next with the same seed: the sampled copies are made once and cached)."""
+    lang, member, alpha, seed = task
+    lines = gzip.decompress(member).decode("utf-8").split("\n")[:-1]
+    return encode_lines(_PROCESSORS[lang], lines, alpha, seed)
+
+
+def encode_lines(
+    sp: spm.SentencePieceProcessor, lines: list[str], alpha: float = 0.0, seed: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    if seed is None:
+        ids = sp.encode(lines, out_type=int, num_threads=1)
+    else:
+        spm.set_random_generator_seed(seed)
+        ids = sp.encode(lines, out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+    lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+    dtype = ids_dtype(sp.get_piece_size())
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
+    return flat, lengths
+
+
+def text_lines(paths: list[Path]) -> Iterator[str]:
+    """The lines of each file in turn (plain or gzip'd), without their newline."""
+    for path in paths:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8", newline="\n") as f:
+            for line in f:
+                yield line[:-1] if line.endswith("\n") else line
+
+
+def train_sentencepiece(options: dict, paths: list[Path]) -> tuple[bytes, dict]:
+    """A SentencePiece model trained on the lines of ``paths``, and the trainer's own cost (seconds,
+    peak resident memory of this process). Run in a process of its own, so that its peak, bounded by
+    ``input_sentence_size``, is measured apart from the preparation's."""
+    import io
+
+    started = time.perf_counter()
+    spm.set_random_generator_seed(options.pop("seed"))
+    writer = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=text_lines(paths), model_writer=writer, **options)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports kB
+    return writer.getvalue(), {"seconds": time.perf_counter() - started, "peak_rss_bytes": peak}
