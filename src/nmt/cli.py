@@ -1,29 +1,157 @@
-"""What every command-line script shares: user errors as one line on stderr, exit status 1.
+"""What every command-line script shares: its config (``configs/<name>.yaml``) composed by Hydra, checked
+before Hydra runs (unknown keys, with or without ``+``), a ``--help`` of its own keys, and user errors as
+one line on stderr with exit status 1. A script looks like this::
 
-A script looks like this (``register_configs`` must run before Hydra composes the config)::
-
-    register_configs()
-
-    @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
-    @run_cli
+    @script_main("train")
     def main(cfg: DictConfig) -> None: ...
-
-``run_cli`` sits inside ``hydra.main``: Hydra would otherwise catch the error first and print it
-with a traceback.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
-from omegaconf import DictConfig, OmegaConf
+import hydra
+from hydra import compose, initialize_config_dir
+from hydra._internal.utils import get_args_parser
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from nmt.config import field_comments, register_configs
 from nmt.errors import NMTError
 
+# The configs live beside src/ in the source tree (an editable install, as scripts/setup.sh makes, or
+# PYTHONPATH=src); a wheel installed without the source tree has no configs.
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
 T = TypeVar("T")
+
+
+def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Callable[[], None]]:
+    """``hydra.main`` of ``configs/<config_name>.yaml`` for a script's ``main(cfg)``: ``--help`` lists the
+    script's own keys with their descriptions; an unknown key fails in one line naming the closest real
+    one before Hydra starts; ``main`` runs inside ``run_cli``."""
+
+    def decorate(fn: Callable[[DictConfig], None]) -> Callable[[], None]:
+        task = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=config_name)(
+            run_cli(fn)
+        )
+
+        @functools.wraps(fn)
+        def main() -> None:
+            args = get_args_parser().parse_args()
+            try:
+                if args.help:
+                    print(script_help(config_name, args.overrides, sys.modules[fn.__module__].__doc__))
+                    sys.exit(0)
+                check_overrides(config_name, args.overrides)
+            except NMTError as e:
+                print(f"error: {e}", file=sys.stderr)
+                sys.exit(1)
+            task()
+
+        return main
+
+    return decorate
+
+
+def _compose(config_name: str, overrides: list[str]) -> tuple[DictConfig, list[Any]]:
+    """The config with only the group choices of ``overrides`` applied, and the key overrides left."""
+    register_configs()
+    if not CONFIG_DIR.is_dir():
+        raise NMTError(f"no configs at {CONFIG_DIR}: run from the source tree (pip install -e .)")
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    is_group = [o.package is not None or "/" in o.key_or_group or (CONFIG_DIR / o.key_or_group).is_dir()
+                for o in parsed]
+    groups = [o.input_line for o, group in zip(parsed, is_group) if group and not o.is_sweep_override()]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name, overrides=groups, return_hydra_config=True)
+    keys = [o for o, group in zip(parsed, is_group)
+            if not group and not o.key_or_group.startswith("hydra.") and o.type != OverrideType.DEL]
+    return cfg, keys
+
+
+def check_overrides(config_name: str, overrides: list[str]) -> None:
+    """Refuse an override of a key the script's config does not have, ``+key=value`` included (Hydra
+    would add it, and the run would ignore it or fail late), naming the closest real key."""
+    try:
+        cfg, keys = _compose(config_name, overrides)
+    except NMTError:
+        raise
+    except Exception:  # a bad group choice or syntax: Hydra says what is wrong when it composes
+        return
+    known = [key for key, _ in _leaves(cfg)]
+    for override in keys:
+        *parents, name = override.key_or_group.split(".")
+        node: Any = cfg
+        for i, part in enumerate(parents):
+            node = node._get_node(part) if isinstance(node, DictConfig) and _has(node, part) else None
+            if isinstance(node, DictConfig) and node._is_none():
+                path = ".".join(parents[: i + 1])
+                options = sorted(p.stem for p in (CONFIG_DIR / path).glob("*.yaml"))
+                choose = f"choose one first ({path}={'|'.join(options)})" if options else "set it first"
+                raise NMTError(f"{override.key_or_group}: {path} is null here; {choose}")
+            if not isinstance(node, DictConfig) or node._is_missing():
+                break
+        else:
+            if not _has(node, name):
+                key = override.key_or_group
+                raise NMTError(f"{key}: no such setting{_suggestion(key, known)} (--help lists them)")
+
+
+def _has(node: DictConfig, key: str) -> bool:
+    return key in set(node.keys())  # `key in node` is False for a required key not given yet (???)
+
+
+def _suggestion(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if not close:  # the right name at the wrong place: beam_size for decoding.beam_size
+        last = key.rsplit(".", 1)[-1]
+        close = [k for k in known if k.rsplit(".", 1)[-1] == last][:1]
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _leaves(node: DictConfig, prefix: str = "") -> Iterator[tuple[str, DictConfig]]:
+    """Every key (dotted) and the node holding it, Hydra's own settings left out."""
+    for key in node:
+        if prefix == "" and key == "hydra":
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            yield from _leaves(child, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", node
+
+
+def script_help(config_name: str, overrides: list[str], doc: str | None) -> str:
+    """The script's usage, its config groups with their options, and each of its keys with its default and
+    description (the dataclass field's comment in nmt.config)."""
+    cfg, _ = _compose(config_name, overrides)
+    lines = [(doc or "").strip(), "", "Arguments are key=value overrides; --cfg job prints the whole config."]
+    choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
+    if choices:
+        lines += ["", "groups (group=option):"]
+        for group, choice in choices.items():
+            options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+            lines.append(f"  {group}: {', '.join(options)} (now: {choice})")
+    lines += ["", "settings (key: default  # what):"]
+    for key, holder in _leaves(cfg):
+        name = key.rsplit(".", 1)[-1]
+        value = holder._get_node(name)
+        shown = "???" if value._is_missing() else OmegaConf.to_yaml({"v": value._value()}).strip()[3:]
+        if isinstance(value, ListConfig) and not value._is_none():
+            shown = str(OmegaConf.to_container(value, resolve=False))
+        schema = OmegaConf.get_type(holder)
+        comment = field_comments(schema).get(name)
+        if hasattr(schema, "__overrides_of__"):  # decoding.*: null keeps the checkpoint's (tuned) value
+            comment = "; ".join(filter(None, ["null = the checkpoint's", comment]))
+        lines.append(f"  {key}: {shown}" + (f"  # {comment}" if comment else ""))
+    return "\n".join(lines)
 
 
 def run_cli(fn: Callable[..., T]) -> Callable[..., T]:

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
+import io
 import os
+import textwrap
+import tokenize
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -275,6 +279,7 @@ def overrides_of(config: type, name: str, doc: str) -> type:
     fields = [(f.name, hints[f.name] | None, None) for f in dataclasses.fields(config)]
     overrides = dataclasses.make_dataclass(name, fields)
     overrides.__module__, overrides.__doc__ = __name__, doc
+    overrides.__overrides_of__ = config  # where field_comments finds the fields' comments
     return overrides
 
 
@@ -284,6 +289,32 @@ DecodingOverrides = overrides_of(
     "``decoding.*`` of evaluate, translate, serve and plot_attention: one field per DecodingConfig "
     "field; None keeps the checkpoint's (tuned) value.",
 )
+
+
+@functools.cache
+def field_comments(config: type) -> dict[str, str]:
+    """Each field's comment in the dataclass source (trailing, or the block of comment lines right above
+    it), inherited ones included: the one place the scripts' ``--help`` takes its descriptions from."""
+    comments: dict[str, str] = {}
+    for cls in reversed(getattr(config, "__overrides_of__", config).__mro__):
+        if not dataclasses.is_dataclass(cls):
+            continue
+        names = {f.name for f in dataclasses.fields(cls)}
+        lines = textwrap.dedent(inspect.getsource(cls)).splitlines(keepends=True)
+        above: list[str] = []
+        for token in tokenize.generate_tokens(io.StringIO("".join(lines)).readline):
+            if token.type == tokenize.COMMENT and token.line.strip().startswith("#"):
+                above.append(token.string.lstrip("# ").strip())
+            elif token.type == tokenize.NAME and token.start[1] == 4 and token.string in names:
+                line = lines[token.start[0] - 1]
+                trailing = line.split("  # ", 1)[1].strip() if "  # " in line else ""
+                text = " ".join([*above, trailing]).strip()
+                if text:
+                    comments[token.string] = text
+                above = []
+            elif token.type not in (tokenize.NL, tokenize.COMMENT):
+                above = [] if token.type == tokenize.NEWLINE else above
+    return comments
 
 
 def checkpoint_paths(checkpoint: Any) -> list[str]:
