@@ -48,6 +48,24 @@ def test_every_scripts_known_keys_pass(script, compose_cfg):
     check_overrides(config, [f"{key}=null" for key in keys[:3]] + ["hydra.run.dir=x"])
 
 
+def test_a_key_of_another_group_option_names_the_options_that_have_it():
+    with pytest.raises(
+        NMTError, match=r"^data\.dir: not a setting of data=wmt14_de_en; data=local and data=multi30k have it"
+    ):
+        check_overrides("train", ["data.dir=x"])
+    with pytest.raises(NMTError, match=r"^data\.vocab_words: not a setting of data=local; data=toy has it"):
+        check_overrides("train", ["experiment=toy", "data=local", "+data.vocab_words=3"])
+
+
+def test_an_unknown_group_option_names_the_closest_and_the_options():
+    with pytest.raises(
+        NMTError,
+        match=r"^data=lcoal: no such option; did you mean data=local\? \(data: local, multi30k, toy,",
+    ):
+        check_overrides("train", ["data=lcoal"])
+    check_overrides("train", ["experiment=null", "data=local"])
+
+
 def test_a_key_under_a_null_section_asks_for_the_section():
     with pytest.raises(NMTError, match=r"data\.src_lang: data is null here; choose one first \(data=local\|"):
         check_overrides("distill", ["teacher=a.pt", "data.src_lang=de"])

@@ -19,7 +19,7 @@ import hydra
 from hydra import compose, initialize_config_dir
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import OverrideType
+from hydra.core.override_parser.types import Override, OverrideType
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nmt.config import field_comments, register_configs
@@ -45,11 +45,13 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
         @functools.wraps(fn)
         def main() -> None:
             args = get_args_parser().parse_args()
+            name = args.config_name or config_name
             try:
                 if args.help:
-                    print(script_help(config_name, args.overrides, sys.modules[fn.__module__].__doc__))
+                    print(script_help(name, args.overrides, sys.modules[fn.__module__].__doc__))
                     sys.exit(0)
-                check_overrides(config_name, args.overrides)
+                if not (args.config_path or args.config_dir):  # configs of the user's: Hydra checks them
+                    check_overrides(name, args.overrides)
             except NMTError as e:
                 print(f"error: {e}", file=sys.stderr)
                 sys.exit(1)
@@ -60,48 +62,107 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
     return decorate
 
 
-def _compose(config_name: str, overrides: list[str]) -> tuple[DictConfig, list[Any]]:
-    """The config with only the group choices of ``overrides`` applied, and the key overrides left."""
+def _is_group(override: Override) -> bool:
+    return (
+        override.package is not None or "/" in override.key_or_group or _options(override.key_or_group) != []
+    )
+
+
+def _options(group: str) -> list[str]:
+    """The options of a config group: its YAML files (the schemas stored in code are not offered)."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def _compose(config_name: str, groups: list[str]) -> DictConfig:
+    """The script's config with the group choices ``groups`` (overrides) only, Hydra's part included."""
     register_configs()
     if not CONFIG_DIR.is_dir():
-        raise NMTError(f"no configs at {CONFIG_DIR}: run from the source tree (pip install -e .)")
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    is_group = [o.package is not None or "/" in o.key_or_group or (CONFIG_DIR / o.key_or_group).is_dir()
-                for o in parsed]
-    groups = [o.input_line for o, group in zip(parsed, is_group) if group and not o.is_sweep_override()]
+        raise NMTError(f"no configs at {CONFIG_DIR}: the commands need the source tree (pip install -e .)")
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name, overrides=groups, return_hydra_config=True)
-    keys = [o for o, group in zip(parsed, is_group)
-            if not group and not o.key_or_group.startswith("hydra.") and o.type != OverrideType.DEL]
-    return cfg, keys
+        return compose(config_name, overrides=groups, return_hydra_config=True)
+
+
+def _split(overrides: list[str]) -> tuple[list[Override], list[Override]]:
+    """Group choices (``data=local``) and key overrides (``data.dir=...``, ``+key=...``), Hydra's own and
+    deletions (``~key``) left out."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    groups = [o for o in parsed if _is_group(o)]
+    keys = [o for o in parsed if not _is_group(o) and not o.key_or_group.startswith("hydra.")]
+    return groups, [o for o in keys if o.type != OverrideType.DEL]
 
 
 def check_overrides(config_name: str, overrides: list[str]) -> None:
-    """Refuse an override of a key the script's config does not have, ``+key=value`` included (Hydra
-    would add it, and the run would ignore it or fail late), naming the closest real key."""
+    """Refuse, in one line naming the closest real one, an option of a config group that does not exist
+    and an override of a key the script's config does not have, ``+key=value`` included (Hydra would add
+    it, and the run would ignore it or fail late)."""
     try:
-        cfg, keys = _compose(config_name, overrides)
+        groups, keys = _split(overrides)
+    except Exception:  # bad syntax: Hydra says what is wrong
+        return
+    for group in groups:
+        options, value = _options(group.key_or_group), group.value()
+        if options and isinstance(value, str) and value not in options:
+            close = difflib.get_close_matches(value, options, n=1, cutoff=0.5)
+            hint = f"did you mean {group.key_or_group}={close[0]}? " if close else ""
+            raise NMTError(
+                f"{group.input_line}: no such option; {hint}({group.key_or_group}: {', '.join(options)})"
+            )
+    choices = [g.input_line for g in groups if not g.is_sweep_override()]
+    try:
+        cfg = _compose(config_name, choices)
     except NMTError:
         raise
-    except Exception:  # a bad group choice or syntax: Hydra says what is wrong when it composes
+    except Exception:  # e.g. a group choice of the wrong kind: Hydra says what is wrong when it composes
         return
-    known = [key for key, _ in _leaves(cfg)]
     for override in keys:
-        *parents, name = override.key_or_group.split(".")
-        node: Any = cfg
-        for i, part in enumerate(parents):
-            node = node._get_node(part) if isinstance(node, DictConfig) and _has(node, part) else None
-            if isinstance(node, DictConfig) and node._is_none():
-                path = ".".join(parents[: i + 1])
-                options = sorted(p.stem for p in (CONFIG_DIR / path).glob("*.yaml"))
-                choose = f"choose one first ({path}={'|'.join(options)})" if options else "set it first"
-                raise NMTError(f"{override.key_or_group}: {path} is null here; {choose}")
-            if not isinstance(node, DictConfig) or node._is_missing():
-                break
-        else:
-            if not _has(node, name):
-                key = override.key_or_group
-                raise NMTError(f"{key}: no such setting{_suggestion(key, known)} (--help lists them)")
+        key = override.key_or_group
+        missing = _missing(cfg, key)
+        if missing != NO_SUCH_SETTING:
+            if missing:
+                raise NMTError(f"{key}: {missing}")
+            continue
+        group = key.split(".")[0]
+        having = _elsewhere(config_name, choices, key)
+        if having:
+            current = f"{group}={cfg.hydra.runtime.choices[group]}"
+            raise NMTError(f"{key}: not a setting of {current}; {having} (--help lists them)")
+        known = [k for k, _ in _leaves(cfg)] + [g for g in cfg.hydra.runtime.choices if "/" not in g]
+        raise NMTError(f"{key}: {NO_SUCH_SETTING}{_suggestion(key, known)} (--help lists them)")
+
+
+NO_SUCH_SETTING = "no such setting"
+
+
+def _missing(cfg: DictConfig, key: str) -> str | None:
+    """Why ``key`` is not a setting of ``cfg``, or None if it is (or cannot be told)."""
+    *parents, name = key.split(".")
+    node: Any = cfg
+    for i, part in enumerate(parents):
+        node = node._get_node(part) if isinstance(node, DictConfig) and _has(node, part) else None
+        if isinstance(node, DictConfig) and node._is_none():
+            path = ".".join(parents[: i + 1])
+            options = _options(path)
+            return f"{path} is null here; choose " + (
+                f"one first ({path}={'|'.join(options)})" if options else "it"
+            )
+        if not isinstance(node, DictConfig) or node._is_missing():
+            return None  # a list, or a required section not given: Hydra and the value checks judge it
+    return None if _has(node, name) else NO_SUCH_SETTING
+
+
+def _elsewhere(config_name: str, choices: list[str], key: str) -> str:
+    """``data=local has it`` when other options of the key's group have the key (``data.dir`` without
+    ``data=local``)."""
+    group = key.split(".")[0]
+    others = [c for c in choices if c.split("=")[0].lstrip("+") != group]
+    having = []
+    for option in _options(group) if "." in key else []:
+        try:
+            if _missing(_compose(config_name, [*others, f"{group}={option}"]), key) is None:
+                having.append(f"{group}={option}")
+        except Exception:  # an option that does not compose with the other choices
+            continue
+    return f"{' and '.join(having)} {'has' if len(having) == 1 else 'have'} it" if having else ""
 
 
 def _has(node: DictConfig, key: str) -> bool:
@@ -131,7 +192,8 @@ def _leaves(node: DictConfig, prefix: str = "") -> Iterator[tuple[str, DictConfi
 def script_help(config_name: str, overrides: list[str], doc: str | None) -> str:
     """The script's usage, its config groups with their options, and each of its keys with its default and
     description (the dataclass field's comment in nmt.config)."""
-    cfg, _ = _compose(config_name, overrides)
+    groups, _ = _split(overrides)
+    cfg = _compose(config_name, [g.input_line for g in groups if not g.is_sweep_override()])
     lines = [(doc or "").strip(), "", "Arguments are key=value overrides; --cfg job prints the whole config."]
     choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
     if choices:
