@@ -44,10 +44,11 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
 
         @functools.wraps(fn)
         def main() -> None:
-            args = get_args_parser().parse_args()
+            args = get_args_parser().parse_args()  # Hydra's own command line, so its flags all work
             name = args.config_name or config_name
             try:
                 if args.help:
+                    check_overrides(name, args.overrides)
                     print(script_help(name, args.overrides, sys.modules[fn.__module__].__doc__))
                     sys.exit(0)
                 if not (args.config_path or args.config_dir):  # configs of the user's: Hydra checks them
@@ -193,21 +194,25 @@ def script_help(config_name: str, overrides: list[str], doc: str | None) -> str:
     """The script's usage, its config groups with their options, and each of its keys with its default and
     description (the dataclass field's comment in nmt.config)."""
     groups, _ = _split(overrides)
-    cfg = _compose(config_name, [g.input_line for g in groups if not g.is_sweep_override()])
+    try:
+        cfg = _compose(config_name, [g.input_line for g in groups if not g.is_sweep_override()])
+    except NMTError:
+        raise
+    except Exception as e:  # Hydra's message, on one line
+        raise NMTError(" ".join(str(e).split())) from None
     lines = [(doc or "").strip(), "", "Arguments are key=value overrides; --cfg job prints the whole config."]
     choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
     if choices:
         lines += ["", "groups (group=option):"]
         for group, choice in choices.items():
-            options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
-            lines.append(f"  {group}: {', '.join(options)} (now: {choice})")
+            lines.append(f"  {group}: {', '.join(_options(group))} (now: {choice})")
     lines += ["", "settings (key: default  # what):"]
     for key, holder in _leaves(cfg):
         name = key.rsplit(".", 1)[-1]
         value = holder._get_node(name)
         shown = "???" if value._is_missing() else OmegaConf.to_yaml({"v": value._value()}).strip()[3:]
         if isinstance(value, ListConfig) and not value._is_none():
-            shown = str(OmegaConf.to_container(value, resolve=False))
+            shown = "[" + ", ".join(map(str, OmegaConf.to_container(value, resolve=False))) + "]"
         schema = OmegaConf.get_type(holder)
         comment = field_comments(schema).get(name)
         if hasattr(schema, "__overrides_of__"):  # decoding.*: null keeps the checkpoint's (tuned) value
