@@ -66,6 +66,12 @@ def test_an_unknown_group_option_names_the_closest_and_the_options():
     check_overrides("train", ["experiment=null", "data=local"])
 
 
+def test_a_sweep_over_group_options_leaves_the_keys_to_each_job():
+    check_overrides("train", ["data=toy,local", "data.vocab_words=3"])  # -m: the toy jobs have it
+    with pytest.raises(NMTError, match=r"^trainer\.max_stepz: no such setting"):
+        check_overrides("train", ["trainer.max_steps=1,2", "trainer.max_stepz=1,2"])
+
+
 def test_a_key_under_a_null_section_asks_for_the_section():
     with pytest.raises(NMTError, match=r"data\.src_lang: data is null here; choose one first \(data=local\|"):
         check_overrides("distill", ["teacher=a.pt", "data.src_lang=de"])

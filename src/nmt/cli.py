@@ -108,7 +108,9 @@ def check_overrides(config_name: str, overrides: list[str]) -> None:
             raise NMTError(
                 f"{group.input_line}: no such option; {hint}({group.key_or_group}: {', '.join(options)})"
             )
-    choices = [g.input_line for g in groups if not g.is_sweep_override()]
+    if any(g.is_sweep_override() for g in groups):  # -m data=toy,local: keys depend on the sweep's job
+        return
+    choices = [g.input_line for g in groups]
     try:
         cfg = _compose(config_name, choices)
     except NMTError:
