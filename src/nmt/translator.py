@@ -189,12 +189,14 @@ class Translator:
         """Warn (the translation still goes out) when UNFAMILIAR_SHARE or more of a line's characters are
         outside the source vocabulary's alphabet: they become <unk>, and text in another language or script
         than the model's source gets a confident translation of nothing (English into the toy model)."""
+        if self._unfamiliar_lines > UNFAMILIAR_WARNINGS:
+            return
         chars = [c for c in line if not c.isspace()]
         alphabet = self.tokenizer.src_alphabet
-        unknown = sorted({c for c in chars if c not in alphabet})
         count = sum(c not in alphabet for c in chars)
-        if not chars or count < UNFAMILIAR_SHARE * len(chars) or self._unfamiliar_lines > UNFAMILIAR_WARNINGS:
+        if not chars or count < UNFAMILIAR_SHARE * len(chars):
             return
+        unknown = sorted({c for c in chars if c not in alphabet})
         self._unfamiliar_lines += 1
         if self._unfamiliar_lines > UNFAMILIAR_WARNINGS:
             log.warning("more lines like it: not reported")
