@@ -244,12 +244,12 @@ class DecodingConfig:
     ``DECODING_RULES`` and the service's request (nmt.serve.requests) are made from it, so an option
     added here, with its rule, is offered and checked everywhere alike."""
 
-    beam_size: int = option(5, POSITIVE)
+    beam_size: int = option(5, POSITIVE)  # 1 = greedy search
     alpha: float = option(0.6, NON_NEGATIVE)  # GNMT length penalty ((5+|y|)/6)^alpha; 0 = none
     max_len_a: float = option(1.2, NON_NEGATIVE)  # maximum output length a * src_len + b
-    max_len_b: int = option(10, NON_NEGATIVE)
-    nbest: int = option(1, POSITIVE)
-    no_unk: bool = option(False)
+    max_len_b: int = option(10, NON_NEGATIVE)  # the b of max_len_a * src_len + b
+    nbest: int = option(1, POSITIVE)  # hypotheses returned per sentence (<= beam_size)
+    no_unk: bool = option(False)  # never output <unk>
     max_tokens: int = option(8000, POSITIVE, speed_only=True)  # source tokens per batch (times beam size)
     cache: bool = option(True, speed_only=True)  # incremental decoding with a key/value cache
     no_repeat_ngram: int = option(0, NON_NEGATIVE)  # no n-gram twice in a hypothesis (fairseq, HF); 0 = off
@@ -404,7 +404,7 @@ class InferenceConfig:
 
     checkpoint: Any = MISSING  # a path, or a list of paths [a.pt,b.pt]: an ensemble (checkpoint_paths)
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
-    device: str = "auto"
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
     backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
     ct2_model: str | None = None  # directory written by scripts/export_ct2.py from this checkpoint
     # backend=ct2: translations decoded at a time x threads each; 0 = auto (one one-thread translation
@@ -446,7 +446,7 @@ class EvaluateConfig(DecodeConfig):
 class TranslateConfig(DecodeConfig):
     input: str | None = None  # file; default stdin
     output: str | None = None  # file; default stdout
-    batch_sentences: int = 64
+    batch_sentences: int = 64  # input lines translated at a time (from a terminal: one)
     prefix_file: str | None = None  # target prefixes, a line per input line (empty = none): outputs start so
     alignments: bool = False  # after each translation, a tab and its word alignment (Pharaoh i-j)
 
