@@ -2,20 +2,15 @@
 
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.average import average_checkpoints, last_checkpoints
 from nmt.checkpoint import atomic_save
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.errors import NMTError
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="average_checkpoints")
-@run_cli
+@script_main("average_checkpoints")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     if bool(cfg.inputs) == bool(cfg.run_dir):

@@ -8,20 +8,17 @@ import json
 import logging
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from nmt.benchmark import format_report, run_benchmark
-from nmt.cli import run_cli
-from nmt.config import register_configs, split_benchmark_config
+from nmt.cli import script_main
+from nmt.config import split_benchmark_config
 
-register_configs()
 log = logging.getLogger("benchmark")
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="benchmark")
-@run_cli
+@script_main("benchmark")
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     train_cfg, bench = split_benchmark_config(cfg)

@@ -6,19 +6,14 @@ Kernels capped at AVX2: prefix ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX
 import json
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.benchmark.ct2_speed import format_direct, run_ct2_speed
-from nmt.cli import run_cli
-from nmt.config import register_configs
-
-register_configs()
+from nmt.cli import script_main
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="benchmark_ct2")
-@run_cli
+@script_main("benchmark_ct2")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     results = run_ct2_speed(cfg)

@@ -10,19 +10,14 @@ in turns on a split's sentences (test by default) with the checkpoint's decoding
 import json
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.benchmark.decoders import format_decoders, run_decoders_speed
-from nmt.cli import run_cli
-from nmt.config import register_configs
-
-register_configs()
+from nmt.cli import script_main
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="benchmark_decoders")
-@run_cli
+@script_main("benchmark_decoders")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     results = run_decoders_speed(cfg)

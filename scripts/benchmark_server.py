@@ -11,7 +11,6 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
@@ -25,20 +24,17 @@ from nmt.benchmark.service_speed import (
     format_rows,
     serve_command,
 )
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.ct2.backend import CT2Backend
 from nmt.devices import select_device
 from nmt.evaluation import evaluation_text
 from nmt.serve.live import free_port
 from nmt.translator import Translator
 
-register_configs()
 SERVE = Path(__file__).resolve().parent / "serve.py"
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="benchmark_server")
-@run_cli
+@script_main("benchmark_server")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     device = select_device(cfg.device)

@@ -6,18 +6,13 @@ data), plus the most frequent target subwords, written beside the checkpoint as
 model as its vocabulary map). Prints how much of the validation references the shortlist covers.
 """
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.shortlist import shortlist_for_checkpoint
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="build_shortlist")
-@run_cli
+@script_main("build_shortlist")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     shortlist, path, valid = shortlist_for_checkpoint(cfg)

@@ -10,19 +10,15 @@ The model reads each reference translation under teacher forcing. ``reference`` 
 the whitespace-separated words of the same lines. Prints precision, recall, F1 and AER per reading.
 """
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.alignment import compare_readings, grow_diag_final_and, parse_pharaoh
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.data import read_lines
 from nmt.devices import select_device
 from nmt.errors import NMTError
 from nmt.evaluation import evaluation_text
 from nmt.translator import Translator
-
-register_configs()
 
 
 def read_links(path: str, pairs: int) -> list[set[tuple[int, int]]]:
@@ -32,8 +28,7 @@ def read_links(path: str, pairs: int) -> list[set[tuple[int, int]]]:
     return [parse_pharaoh(line, f"{path}:{n}") for n, line in enumerate(lines, start=1)]
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="compare_alignments")
-@run_cli
+@script_main("compare_alignments")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     translator = Translator.from_checkpoint(cfg.checkpoint, select_device(cfg.device))

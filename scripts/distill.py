@@ -6,18 +6,13 @@ interrupted run continues where it stopped. Prints the corpus folder and the com
 student on it (docs/distillation.md).
 """
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.distill import distill
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="distill")
-@run_cli
+@script_main("distill")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     corpus = distill(cfg, progress=True)

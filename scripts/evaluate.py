@@ -8,19 +8,15 @@ checkpoints folder.
 
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import run_cli
-from nmt.config import checkpoint_paths, register_configs
+from nmt.cli import script_main
+from nmt.config import checkpoint_paths
 from nmt.evaluation import evaluate_checkpoint, report_dir
 from nmt.metrics import format_by_length, format_scores
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")
-@run_cli
+@script_main("evaluate")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     report = evaluate_checkpoint(cfg, report_dir(Path(checkpoint_paths(cfg.checkpoint)[0])))

@@ -4,18 +4,13 @@ Add ``quantization=int8`` (or int8_float32, bfloat16, float16, ...) for smaller,
 Translate with it: ``scripts/translate.py checkpoint=PATH backend=ct2 ct2_model=DIR``.
 """
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.ct2.export import export_checkpoint
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="export_ct2")
-@run_cli
+@script_main("export_ct2")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     print(f"CTranslate2 model written to {export_checkpoint(cfg)}")

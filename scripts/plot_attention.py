@@ -6,21 +6,16 @@ the translation and writes the cross-attention heatmap of decoder ``layer`` to `
 
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.devices import select_device
 from nmt.errors import NMTError
 from nmt.plotting import PNG_DPI, attention_figure
 from nmt.translator import Translator
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="plot_attention")
-@run_cli
+@script_main("plot_attention")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     translator = Translator.from_checkpoint(cfg.checkpoint, select_device(cfg.device))

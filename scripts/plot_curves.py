@@ -5,19 +5,14 @@ python scripts/plot_curves.py 'runs=[outputs/a,outputs/b]' 'labels=[dot-product,
 
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.errors import NMTError
 from nmt.plotting import curves_figure
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="plot_curves")
-@run_cli
+@script_main("plot_curves")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     if not cfg.runs or (cfg.labels and len(cfg.labels) != len(cfg.runs)):

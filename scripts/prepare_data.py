@@ -6,18 +6,13 @@
 Training prepares the data itself; running this first only separates the two steps.
 """
 
-import hydra
 from omegaconf import DictConfig
 
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.data import format_summary, prepare_corpus
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
-@run_cli
+@script_main("train")
 def main(cfg: DictConfig) -> None:
     data = prepare_corpus(cfg.data, cfg.tokenizer, progress=True)
     print(format_summary(data.summary))

@@ -13,18 +13,13 @@ JSON object (``format=json``); ``per_token=true`` adds each subword's log-probab
 import contextlib
 import sys
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.scoring import format_scores, score_corpus
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="score")
-@run_cli
+@script_main("score")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     run = score_corpus(cfg)

@@ -7,20 +7,16 @@
 worker processes: ``serve.*`` (nmt.config.ServerLimits); docs/serving.md says how to deploy it.
 """
 
-import hydra
 import uvicorn
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import run_cli
-from nmt.config import SERVE_RULES, check_values, register_configs
+from nmt.cli import script_main
+from nmt.config import SERVE_RULES, check_values
 from nmt.serve import create_app
 from nmt.serve.work import TranslatorSpec
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="serve")
-@run_cli
+@script_main("serve")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     check_values(cfg, SERVE_RULES)

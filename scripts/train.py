@@ -3,19 +3,14 @@
 import shlex
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.training.loop import train
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
-@run_cli
+@script_main("train")
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)

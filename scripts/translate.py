@@ -9,20 +9,15 @@ import contextlib
 import sys
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import run_cli
-from nmt.config import register_configs
+from nmt.cli import script_main
 from nmt.devices import select_device
 from nmt.errors import NMTError
 from nmt.translator import StreamOptions, Translator, translate_stream
 
-register_configs()
 
-
-@hydra.main(version_base="1.3", config_path="../configs", config_name="translate")
-@run_cli
+@script_main("translate")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     translator = Translator.from_checkpoint(

@@ -335,3 +335,18 @@ def test_translating_and_serving_never_import_matplotlib(checkpoint, tmp_path):
     )
     assert service.returncode == 0, service.stderr[-2000:]
     assert service.stdout.strip() == "[]"
+
+
+def test_input_the_source_vocabulary_cannot_spell_is_warned_about_a_few_times(translator, caplog):
+    """English-like lowercase letters spell, capitals it never saw and Cyrillic do not: still translated."""
+    fresh = Translator(translator.model, translator.tokenizer, translator.cfg, Recorder())
+    lines = ["the cat sees it", "THE CAT SEES IT", "кошка", "the кошка sees it", "кошка", "кошка", "кошка"]
+    with caplog.at_level(logging.WARNING, logger="nmt.translator"):
+        out = fresh.translate(lines, DECODING)
+    assert len(out) == 7 and all(out)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0] == (
+        "line 2: 11 of its 12 characters (A C E I S T) are not in the model's source vocabulary and become "
+        "<unk>: is it src text? The model translates src -> tgt"
+    )
+    assert [m.split(":")[0] for m in messages] == ["line 2", "line 3", "line 4", "more lines like it"]

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
+import io
 import os
+import textwrap
+import tokenize
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -261,12 +265,12 @@ class DecodingConfig:
     ``DECODING_RULES`` and the service's request (nmt.serve.requests) are made from it, so an option
     added here, with its rule, is offered and checked everywhere alike."""
 
-    beam_size: int = option(5, POSITIVE)
+    beam_size: int = option(5, POSITIVE)  # 1 = greedy search
     alpha: float = option(0.6, NON_NEGATIVE)  # GNMT length penalty ((5+|y|)/6)^alpha; 0 = none
     max_len_a: float = option(1.2, NON_NEGATIVE)  # maximum output length a * src_len + b
-    max_len_b: int = option(10, NON_NEGATIVE)
-    nbest: int = option(1, POSITIVE)
-    no_unk: bool = option(False)
+    max_len_b: int = option(10, NON_NEGATIVE)  # the b of max_len_a * src_len + b
+    nbest: int = option(1, POSITIVE)  # hypotheses returned per sentence (<= beam_size)
+    no_unk: bool = option(False)  # never output <unk>
     max_tokens: int = option(8000, POSITIVE, speed_only=True)  # source tokens per batch (times beam size)
     cache: bool = option(True, speed_only=True)  # incremental decoding with a key/value cache
     no_repeat_ngram: int = option(0, NON_NEGATIVE)  # no n-gram twice in a hypothesis (fairseq, HF); 0 = off
@@ -296,6 +300,7 @@ def overrides_of(config: type, name: str, doc: str) -> type:
     fields = [(f.name, hints[f.name] | None, None) for f in dataclasses.fields(config)]
     overrides = dataclasses.make_dataclass(name, fields)
     overrides.__module__, overrides.__doc__ = __name__, doc
+    overrides.__overrides_of__ = config  # where field_comments finds the fields' comments
     return overrides
 
 
@@ -305,6 +310,32 @@ DecodingOverrides = overrides_of(
     "``decoding.*`` of evaluate, translate, serve and plot_attention: one field per DecodingConfig "
     "field; None keeps the checkpoint's (tuned) value.",
 )
+
+
+@functools.cache
+def field_comments(config: type) -> dict[str, str]:
+    """Each field's comment in the dataclass source (trailing, or the block of comment lines right above
+    it), inherited ones included: the one place the scripts' ``--help`` takes its descriptions from."""
+    comments: dict[str, str] = {}
+    for cls in reversed(getattr(config, "__overrides_of__", config).__mro__):
+        if not dataclasses.is_dataclass(cls):
+            continue
+        names = {f.name for f in dataclasses.fields(cls)}
+        lines = textwrap.dedent(inspect.getsource(cls)).splitlines(keepends=True)
+        above: list[str] = []
+        for token in tokenize.generate_tokens(io.StringIO("".join(lines)).readline):
+            if token.type == tokenize.COMMENT and token.line.strip().startswith("#"):
+                above.append(token.string.lstrip("# ").strip())
+            elif token.type == tokenize.NAME and token.start[1] == 4 and token.string in names:
+                line = lines[token.start[0] - 1]
+                trailing = line.split("  # ", 1)[1].strip() if "  # " in line else ""
+                text = " ".join([*above, trailing]).strip()
+                if text:
+                    comments[token.string] = text
+                above = []
+            elif token.type not in (tokenize.NL, tokenize.COMMENT):
+                above = [] if token.type == tokenize.NEWLINE else above
+    return comments
 
 
 def checkpoint_paths(checkpoint: Any) -> list[str]:
@@ -394,7 +425,7 @@ class InferenceConfig:
 
     checkpoint: Any = MISSING  # a path, or a list of paths [a.pt,b.pt]: an ensemble (checkpoint_paths)
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
-    device: str = "auto"
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
     backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
     ct2_model: str | None = None  # directory written by scripts/export_ct2.py from this checkpoint
     # backend=ct2: translations decoded at a time x threads each; 0 = auto (one one-thread translation
@@ -436,7 +467,7 @@ class EvaluateConfig(DecodeConfig):
 class TranslateConfig(DecodeConfig):
     input: str | None = None  # file; default stdin
     output: str | None = None  # file; default stdout
-    batch_sentences: int = 64
+    batch_sentences: int = 64  # input lines translated at a time (from a terminal: one)
     prefix_file: str | None = None  # target prefixes, a line per input line (empty = none): outputs start so
     alignments: bool = False  # after each translation, a tab and its word alignment (Pharaoh i-j)
 

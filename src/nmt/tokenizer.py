@@ -61,6 +61,19 @@ class Tokenizer:
     def tgt_processor(self) -> spm.SentencePieceProcessor:
         return self._tgt
 
+    @cached_property
+    def src_alphabet(self) -> frozenset[str]:
+        """The characters the source pieces are spelled with: any other character of an input becomes
+        <unk> (the training text had none of it, or too little for ``character_coverage``)."""
+        sp = self._src
+        return frozenset(
+            "".join(
+                sp.id_to_piece(i)
+                for i in range(sp.get_piece_size())
+                if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i))
+            ).replace("\u2581", "")
+        )
+
     def encode_src(self, texts: list[str]) -> list[list[int]]:
         return _encode(self._src, texts)
 

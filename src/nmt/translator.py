@@ -73,6 +73,12 @@ class Scored:
         return len(self.pieces)
 
 
+# An input line with this share of characters the source vocabulary cannot spell is warned about; the
+# first UNFAMILIAR_WARNINGS such lines are named, then one line says more came (a file of them, one line).
+UNFAMILIAR_SHARE = 0.1
+UNFAMILIAR_WARNINGS = 3
+
+
 class Translator:
     """Everything needed to translate, rebuilt from one checkpoint file (or several: an ensemble)."""
 
@@ -87,6 +93,7 @@ class Translator:
         self.model, self.tokenizer, self.cfg, self.backend = model, tokenizer, cfg, backend
         self.step = step  # training updates behind the weights, when known
         self.max_source = cfg.model.max_positions - 1  # room for EOS
+        self._unfamiliar_lines = 0  # inputs warned about as unlike the training text (a few, then quiet)
 
     @classmethod
     def from_checkpoint(
@@ -174,7 +181,38 @@ class Translator:
                     len(seq),
                     self.max_source,
                 )
+        for i, line in enumerate(lines):
+            self._warn_if_unfamiliar(line, first_line + i)
         return [seq[: self.max_source] for seq in ids]
+
+    def _warn_if_unfamiliar(self, line: str, number: int) -> None:
+        """Warn (the translation still goes out) when UNFAMILIAR_SHARE or more of a line's characters are
+        outside the source vocabulary's alphabet: they become <unk>, and text in another language or script
+        than the model's source gets a confident translation of nothing (English into the toy model)."""
+        if self._unfamiliar_lines > UNFAMILIAR_WARNINGS:
+            return
+        chars = [c for c in line if not c.isspace()]
+        alphabet = self.tokenizer.src_alphabet
+        count = sum(c not in alphabet for c in chars)
+        if not chars or count < UNFAMILIAR_SHARE * len(chars):
+            return
+        unknown = sorted({c for c in chars if c not in alphabet})
+        self._unfamiliar_lines += 1
+        if self._unfamiliar_lines > UNFAMILIAR_WARNINGS:
+            log.warning("more lines like it: not reported")
+            return
+        data = self.cfg.data
+        log.warning(
+            "line %d: %d of its %d characters (%s) are not in the model's source vocabulary and become "
+            "<unk>: is it %s text? The model translates %s -> %s",
+            number,
+            count,
+            len(chars),
+            " ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else ""),
+            data.src_lang,
+            data.src_lang,
+            data.tgt_lang,
+        )
 
     def encode_targets(
         self, lines: Sequence[str], first_line: int = 1, what: str = "translation", item: str | None = None

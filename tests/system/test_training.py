@@ -345,7 +345,14 @@ def test_non_finite_weights_are_never_checkpointed(toy, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("override", "named"),
     [
-        ("trainer.max_stepz=5", ["max_stepz", "TrainerConfig"]),
+        (
+            "trainer.max_stepz=5",
+            ["error: trainer.max_stepz: no such setting; did you mean trainer.max_steps?"],
+        ),
+        (
+            "+trainer.max_stepz=5",
+            ["error: trainer.max_stepz: no such setting; did you mean trainer.max_steps?"],
+        ),
         ("trainer.max_steps=abc", ["max_steps", "abc"]),
     ],
 )

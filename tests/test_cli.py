@@ -1,0 +1,159 @@
+"""The scripts' shared front end: unknown keys refused at start, per-script ``--help``, entry points."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nmt import commands
+from nmt.cli import _leaves, check_overrides, script_help
+from nmt.config import DecodingOverrides, TrainerConfig, TranslateConfig, field_comments
+from nmt.errors import NMTError
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p.stem for p in (REPO / "scripts").glob("*.py"))
+CONFIGS = {"prepare_data": "train"}  # the scripts whose config is not configs/<script>.yaml
+
+
+@pytest.mark.parametrize("plus", ["", "+", "++"])
+def test_an_unknown_key_is_refused_with_or_without_plus_naming_the_closest(plus):
+    message = r"^trainer\.max_stepz: no such setting; did you mean trainer\.max_steps\?"
+    with pytest.raises(NMTError, match=message):
+        check_overrides("train", ["experiment=toy", f"{plus}trainer.max_stepz=5"])
+
+
+@pytest.mark.parametrize(
+    "config, override, closest",
+    [
+        ("translate", "+decoding.beam=3", "decoding.beam_size"),
+        ("translate", "beam_size=3", "decoding.beam_size"),  # the right name in the wrong place
+        ("evaluate", "+eval.bylength=true", "eval.by_length"),
+        ("serve", "serve.max_tokenz=10", "serve.max_tokens"),
+        ("score", "+formt=json", "format"),
+        ("benchmark", "+bench.stepz=3", "bench.steps"),
+        ("train", "data=local +data.dirr=x", "data.dir"),  # a key of the group option chosen
+    ],
+)
+def test_every_script_refuses_unknown_keys(config, override, closest):
+    *groups, key = override.split()
+    with pytest.raises(NMTError, match=f"did you mean {closest}\\?"):
+        check_overrides(config, [*groups, key])
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_scripts_known_keys_pass(script, compose_cfg):
+    config = CONFIGS.get(script, script)
+    keys = [key for key, _ in _leaves(compose_cfg(config))]
+    check_overrides(config, [f"{key}=null" for key in keys[:3]] + ["hydra.run.dir=x"])
+
+
+def test_a_key_of_another_group_option_names_the_options_that_have_it():
+    with pytest.raises(
+        NMTError, match=r"^data\.dir: not a setting of data=wmt14_de_en; data=local and data=multi30k have it"
+    ):
+        check_overrides("train", ["data.dir=x"])
+    with pytest.raises(NMTError, match=r"^data\.vocab_words: not a setting of data=local; data=toy has it"):
+        check_overrides("train", ["experiment=toy", "data=local", "+data.vocab_words=3"])
+
+
+def test_an_unknown_group_option_names_the_closest_and_the_options():
+    with pytest.raises(
+        NMTError,
+        match=r"^data=lcoal: no such option; did you mean data=local\? \(data: local, multi30k, toy,",
+    ):
+        check_overrides("train", ["data=lcoal"])
+    check_overrides("train", ["experiment=null", "data=local"])
+
+
+def test_a_sweep_over_group_options_leaves_the_keys_to_each_job():
+    check_overrides("train", ["data=toy,local", "data.vocab_words=3"])  # -m: the toy jobs have it
+    with pytest.raises(NMTError, match=r"^trainer\.max_stepz: no such setting"):
+        check_overrides("train", ["trainer.max_steps=1,2", "trainer.max_stepz=1,2"])
+
+
+def test_a_key_under_a_null_section_asks_for_the_section():
+    with pytest.raises(NMTError, match=r"data\.src_lang: data is null here; choose one first \(data=local\|"):
+        check_overrides("distill", ["teacher=a.pt", "data.src_lang=de"])
+    check_overrides("distill", ["teacher=a.pt", "data=local", "data.src_lang=de"])
+
+
+def test_translate_refuses_a_typo_before_the_model_loads(tmp_path):
+    """The checkpoint does not exist: an error about it would mean the typo got past the start."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts/translate.py"), "checkpoint=missing.pt", "+decoding.beam=3"],
+        cwd=tmp_path,
+        input="a b c\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: decoding.beam: no such setting; did you mean decoding.beam_size? (--help lists them)"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_field_comments_are_the_dataclass_comments():
+    trainer = field_comments(TrainerConfig)
+    assert trainer["max_steps"] == "optimizer updates; 0 = no limit"
+    # a comment block above the field, joined
+    assert trainer["precision"].startswith('"auto" | "fp32" | "bf16" | "fp16"; auto = bf16')
+    assert trainer["precision"].endswith("whichever a timed probe finds faster")
+    assert "compile" not in trainer  # no comment, no description
+    assert field_comments(TranslateConfig)["checkpoint"].startswith("a path, or a list of paths")  # inherited
+    assert field_comments(DecodingOverrides)["alpha"].startswith("GNMT length penalty")  # DecodingConfig's
+
+
+def test_help_lists_only_the_scripts_own_keys_with_their_descriptions():
+    text = script_help("translate", [], "Translate text.")
+    assert text.startswith("Translate text.")
+    assert "  decoding.alpha: null  # null = the checkpoint's; GNMT length penalty" in text
+    assert "  input: null  # file; default stdin" in text
+    assert "  checkpoint: ???  # a path" in text
+    keys = [line.split(":")[0].strip() for line in text.splitlines() if line.startswith("  ")]
+    assert "decoding.beam_size" in keys and "workers" in keys
+    assert not [
+        key for key in keys if key.split(".")[0] in ("trainer", "model", "optim", "tokenizer", "hydra")
+    ]
+    assert "_schema" not in text and "groups" not in text
+
+
+def test_train_help_lists_the_groups_and_the_chosen_options_keys():
+    text = script_help("train", ["experiment=toy", "data=local"], None)
+    assert "  data: local, multi30k, toy, wmt14_de_en (now: local)" in text
+    assert "  data.dir: ???" in text
+    assert "  trainer.max_steps: 1000  # optimizer updates; 0 = no limit" in text
+    assert "data.vocab_words" not in text  # a toy data key: not in data=local
+
+
+def test_help_flag_prints_the_help_and_exits_0(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts/score.py"), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Score translations with a checkpoint")
+    assert "  per_token: false  # also each subword's log-probability (EOS last)" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_entry_point_per_script_a_user_runs():
+    text = (REPO / "pyproject.toml").read_text()
+    for script in SCRIPTS:
+        command = f'nmt-{script.replace("_", "-")} = "nmt.commands:{script}"'
+        assert command in text
+        assert callable(getattr(commands, script))
+
+
+def test_an_entry_point_runs_its_script(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["nmt-translate", "checkpoint=missing.pt", "+decoding.beam=3"])
+    with pytest.raises(SystemExit) as exit_:
+        commands.translate()
+    assert exit_.value.code == 1
+    assert "did you mean decoding.beam_size?" in capsys.readouterr().err
