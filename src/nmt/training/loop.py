@@ -40,6 +40,15 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     run = set_up(cfg, run_dir)
     clock, progress = run.clock, run.progress
     done = run.ended
+    if progress.pending_validation:  # stopped right after an update due for validation: validate it now
+        if run.dist.is_main:
+            log.info("step %d: validating, as the stopped run did not", progress.step)
+        if not validate_and_save(run):
+            done = done or early_stopping(cfg.trainer.patience)
+        if done:
+            if run.dist.is_main:
+                log.info("stopped after %d steps: %s", progress.step, done)
+            return finish(run, progress.history[-1])
     if done:  # a finished run, re-run (trainer.resume=auto): nothing to train, validate or write
         if run.dist.is_main:
             log.info("nothing to do: the run already ended at step %d (%s)", progress.step, done)
@@ -77,30 +86,34 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
             if progress.step % cfg.trainer.log_every == 0:
                 log_train(run, window.flush(), bar)
             reason = stop_reason(run, stats)
-            if (progress.step % cfg.trainer.valid_every == 0 or reason) and reason != "interrupted":
+            if reason == "interrupted":  # saved below, at once: what is due at this step is left to a resume
+                save_interrupted(run, step_file_due=stats["flags"]["checkpoint"])
+            elif progress.step % cfg.trainer.valid_every == 0 or reason:
                 validated_at = progress.step
                 if not validate_and_save(run):
                     reason = reason or early_stopping(cfg.trainer.patience)
-            elif stats["flags"]["checkpoint"] and reason != "interrupted":
+            elif stats["flags"]["checkpoint"]:
                 save_checkpoints(run, improved=False, step_file=True)
             if stats["flags"]["checkpoint"]:
                 clock.pass_marks(progress.step)
     finally:
         bar.close()
         stop.restore()
-    if reason == "interrupted":  # save at once, without validating
-        save_checkpoints(run, improved=False, step_file=False)
-    elif validated_at != progress.step and progress.step > 0:  # out of epochs between validations
-        validate_and_save(run)
+    if reason != "interrupted" and validated_at != progress.step and progress.step > 0:
+        validate_and_save(run)  # out of epochs between validations
     if run.dist.is_main:
         log.info("stopped after %d steps: %s", progress.step, reason)
         if reason == "interrupted":
+            pending = f" (it validates step {progress.step} first)" if progress.pending_validation else ""
             log.info(
-                "saved %s; resume with:\n  %s",
+                "saved %s; resume with%s:\n  %s",
                 run.ckpt_dir / "last.pt",
+                pending,
                 resume_hint or f"trainer.resume={run.ckpt_dir / 'last.pt'}",
             )
-    return finish(run, progress.history[-1] if progress.history else {})
+    # The final metrics go to TensorBoard once, when the run ends: not at each interruption.
+    ended = reason != "interrupted" and progress.history
+    return finish(run, progress.history[-1] if ended else {})
 
 
 def finish(run: Run, final: dict[str, float]) -> dict[str, float]:
@@ -295,9 +308,21 @@ def validate_and_save(run: Run) -> bool:
             metrics["chrf"],
             " (best)" if improved else "",
         )
+        progress.pending_validation = False
         write_checkpoints(run, improved, step_file=True, rng=rng)
         keep_going = not (cfg.trainer.patience and progress.bad_validations >= cfg.trainer.patience)
     return bool(broadcast_object(keep_going, run.dist))
+
+
+def save_interrupted(run: Run, step_file_due: bool) -> None:
+    """Save a stopped run at once, without validating. When this update was due for validation (every
+    ``valid_every``, or the budget's last), ``last.pt`` says so and ``trainer.resume`` validates it
+    first, so that ``best.pt``, the history and the step checkpoints miss no validation. The step
+    checkpoint is written now either way: averaging gets it even if the run is never resumed."""
+    progress = run.progress
+    due = progress.step % run.cfg.trainer.valid_every == 0 or bool(run.clock.finished(progress.step))
+    progress.pending_validation = due
+    save_checkpoints(run, improved=False, step_file=step_file_due or due)
 
 
 def save_checkpoints(run: Run, improved: bool, step_file: bool) -> None:
