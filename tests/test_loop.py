@@ -315,3 +315,17 @@ def test_tensorboard_gets_the_final_metrics_once_per_run(config, tmp_path, monke
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [e.step for e in events.Scalars("hparam/bleu")] == [4]
+
+
+def test_the_log_gets_a_loss_line_every_log_every_updates_with_the_bar_on(config, tmp_path, caplog):
+    """train.log (the log's file handler) has the training loss whatever the progress bar does."""
+    cfg = config(
+        "trainer.progress=true", "trainer.log_every=2", "trainer.max_steps=4", "trainer.valid_every=4"
+    )
+    with caplog.at_level("INFO", logger="nmt.training.loop"):
+        loop.train(cfg, tmp_path)
+    lines = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("step") and "lr" in r.getMessage()
+    ]
+    assert [line.split(":")[0] for line in lines] == ["step 2", "step 4"]
+    assert all(" loss " in line and " ppl " in line and " tok/s " in line for line in lines), lines

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from nmt import checkpoint as ckpt_io
 from nmt.config import TrainConfig, to_container
@@ -65,6 +66,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     window, reason = Window(), ""
     validated_at = progress.history[-1]["step"] if progress.history else -1
     bar = BudgetBar(clock.budget, progress.step, clock.minutes(), run.dist.is_main and cfg.trainer.progress)
+    console = contextlib.ExitStack()
+    if run.dist.is_main and cfg.trainer.progress:  # log lines above the bar, not through it
+        console.enter_context(logging_redirect_tqdm())
     try:
         while not reason:
             spent = clock.fraction(progress.step)  # before this update's batches are drawn
@@ -97,6 +101,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
             if stats["flags"]["checkpoint"]:
                 clock.pass_marks(progress.step)
     finally:
+        console.close()
         bar.close()
         stop.restore()
     if reason != "interrupted" and validated_at != progress.step and progress.step > 0:
@@ -233,16 +238,17 @@ def stop_reason(run: Run, stats: dict[str, Any]) -> str:
 
 
 def log_train(run: Run, summary: dict[str, float], bar: BudgetBar) -> None:
-    """TensorBoard scalars, plus the progress bar (or a log line when the bar is off, e.g. under nohup)."""
+    """TensorBoard scalars, the progress bar's figures and a log line (train.log), bar or no bar."""
     run.monitor.train_scalars(summary, run.progress.step)
     text = {
         "loss": f"{summary['loss']:.3f}",
+        "ppl": f"{summary['ppl']:.2f}",
         "lr": f"{summary['lr']:.2e}",
-        "tok_s": f"{summary['tokens_per_s']:.0f}",
+        "tok/s": f"{summary['tokens_per_s']:.0f}",
     }
     if run.cfg.trainer.progress:
         bar.set_postfix(text, run.progress.step)
-    elif run.dist.is_main:
+    if run.dist.is_main:
         log.info("step %d: %s", run.progress.step, " ".join(f"{k} {v}" for k, v in text.items()))
 
 
