@@ -235,6 +235,13 @@ def report_dir(checkpoint: Path) -> Path:
     return (parent.parent if parent.name == "checkpoints" else parent) / "eval"
 
 
+def run_file(checkpoint: Path, kind: str, settings: object, suffix: str) -> Path:
+    """``<run>/eval/<checkpoint>.<kind>-<hash>.<suffix>``: a file made from a checkpoint with ``settings``
+    (anything JSON can write), in the checkpoint's run, named apart from those of other settings."""
+    digest = short_hash(json.dumps(settings, sort_keys=True).encode())
+    return report_dir(checkpoint) / f"{checkpoint.stem}.{kind}-{digest}{suffix}"
+
+
 def evaluation_text(
     cfg: EvaluateConfig | SplitConfig | CompareAlignmentsConfig, train_cfg: TrainConfig
 ) -> tuple[list[str], list[str], str]:
