@@ -107,3 +107,11 @@ def test_a_ct2_evaluation_is_named_after_its_model_directory(model_dir, tag):
     decoding = DecodingConfig()
     stem = output_stem(cfg, ["run/checkpoints/best.pt"], "test", decoding, decoding, ([], []))
     assert stem == f"best.test.beam5{tag}"
+
+
+def test_alignments_of_another_layer_get_their_own_file(checkpoint, tmp_path):
+    default = evaluate(checkpoint, tmp_path, alignments=True)
+    first = evaluate(checkpoint, tmp_path, alignments=True, alignment_layer=0)
+    assert Path(default.alignments).name == "model.test.beam2.align"
+    assert Path(first.alignments).name == "model.test.beam2.layer0.align"
+    assert Path(default.alignments).is_file() and Path(first.alignments).is_file()
