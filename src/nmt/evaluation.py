@@ -209,9 +209,9 @@ def short_hash(data: bytes) -> str:
 
 def write_nbest(path: Path, hyps: list[list[Hypothesis]], translator: Translator) -> None:
     """The n-best lists, a hypothesis per line, best first: ``id ||| text ||| score``, where ``id`` is the
-    sentence's line number from 0 (Moses' and fairseq's format). A sentence has up to ``nbest`` lines,
-    an empty source none; ``score`` is the search's ranking score (length-normalised log-probability,
-    plus the word reward)."""
+    sentence's line number from 0 (Moses' n-best layout, without its feature scores). A sentence has up
+    to ``nbest`` lines, an empty source none; ``score`` is the search's ranking score (length-normalised
+    log-probability, plus the word reward)."""
     lines = [
         f"{i} ||| {text} ||| {h.score:.6f}\n"
         for i, hs in enumerate(hyps)
