@@ -1,9 +1,12 @@
 """Plot where a model looks: ``python scripts/plot_attention.py checkpoint=PATH text="..." [heads=all]``.
 
 Translates ``text`` with the checkpoint's decoding settings (``decoding.*=...`` overrides them), prints
-the translation and writes the cross-attention heatmap of decoder ``layer`` to ``output`` (PNG).
+the translation and writes the cross-attention heatmap of decoder ``layer`` to ``output`` (PNG); by
+default into the checkpoint's run, ``eval/<checkpoint>.attention-<hash>.png``, the hash naming the text
+and the settings.
 """
 
+from dataclasses import asdict
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -11,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.cli import script_main
 from nmt.devices import select_device
 from nmt.errors import NMTError
+from nmt.evaluation import run_file
 from nmt.plotting import PNG_DPI, attention_figure
 from nmt.translator import Translator
 
@@ -22,13 +26,15 @@ def main(cfg: DictConfig) -> None:
     source = translator.encode([cfg.text])[0]
     if not source:
         raise NMTError("text is empty: nothing to translate")
-    best = translator.search([source], translator.decoding_with(cfg.decoding))[0][0]
+    decoding = translator.decoding_with(cfg.decoding)
+    best = translator.search([source], decoding)[0][0]
     panels = translator.attention(source, best.tokens).panels(cfg.layer, cfg.heads)
     fig = attention_figure(
         panels.weights, panels.source_tokens, panels.target_tokens, titles=panels.titles, title=panels.title
     )
     translation = translator.texts([best])[0]
-    output = Path(cfg.output)
+    what = [cfg.text, cfg.layer, cfg.heads, asdict(decoding)]
+    output = Path(cfg.output) if cfg.output else run_file(Path(cfg.checkpoint), "attention", what, ".png")
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=PNG_DPI)
     print(translation)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import tqdm.std
 
 from nmt.config import DefaultBudgetConfig, TrainerConfig
 from nmt.training.budget import Budget, BudgetBar, averaging_marks
@@ -61,3 +62,19 @@ def test_the_time_bar_survives_the_last_step_running_past_the_budget(capsys):
     bar.set_postfix({"loss": "1.0"}, 201)
     bar.close()
     assert "60/60 s" in capsys.readouterr().err
+
+
+def test_a_redirected_bar_stays_terse(monkeypatch, capsys):
+    """stderr a file (nohup, a log): 1,000 updates of a second each redraw the bar about once a minute,
+    not at each update."""
+    now = [0.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
+    bar = BudgetBar(Budget(max_steps=1000), step=0, minutes=0.0, enabled=True)
+    for step in range(1, 1001):
+        now[0] += 1.0
+        bar.update(step, minutes=now[0] / 60)
+        bar.set_postfix({"loss": "1.0"}, step)
+    bar.close()
+    shown = capsys.readouterr().err
+    assert "1000/1000" in shown
+    assert shown.count("\r") < 30, f"{shown.count(chr(13))} redraws"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 import nmt.training.loop as loop
 import nmt.training.validation as validation
@@ -240,3 +243,89 @@ def test_a_run_stopped_by_patience_continues_when_patience_is_raised(config, tmp
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [e.step for e in events.Scalars("valid/loss")] == [2, 4, 6, 8]
+
+
+def hparams_records(tb_dir: Path) -> int:
+    """How many final hyperparameter records (TensorBoard's hparams sessions) the run's events hold."""
+    return sum(
+        value.tag == "_hparams_/session_start_info"
+        for path in tb_dir.rglob("events.out.tfevents.*")
+        for event in EventFileLoader(str(path)).Load()
+        for value in event.summary.value
+    )
+
+
+def signalled_during_update(monkeypatch, update: int) -> None:
+    """A real SIGTERM to this process while update ``update`` (1-based) is computed: the loop sees it
+    when it draws the next update, which is the last one it makes."""
+    real_step = loop.train_step
+
+    def step(run, *args, **kwargs):
+        if run.progress.step + 1 == update:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(run, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "train_step", step)
+
+
+@pytest.mark.parametrize("stopped_at", [2, 4], ids=["a validation step", "the last update"])
+def test_a_run_stopped_on_an_update_due_for_validation_is_completed_by_resuming(
+    config, tmp_path, monkeypatch, stopped_at
+):
+    """SIGTERM as update 4 of 4 (or 2, validated every 2) is decided: the run saves at once without
+    validating; trainer.resume=auto validates that update first, so the history, the step checkpoints
+    and best.pt are those of a run never stopped."""
+    budget = ("trainer.valid_every=2", "trainer.max_steps=4")
+    straight = loop.train(config(*budget), tmp_path / "straight")
+    expected = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")["progress"]
+
+    run_dir = tmp_path / "stopped"
+    with monkeypatch.context() as patch:
+        signalled_during_update(patch, stopped_at - 1)
+        loop.train(config(*budget), run_dir)
+    saved = load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"]
+    assert saved["step"] == stopped_at
+    assert [h["step"] for h in saved["history"]] == list(range(2, stopped_at, 2))  # not validated ...
+    assert (run_dir / "checkpoints" / f"step_{stopped_at}.pt").is_file()  # ... but kept for averaging
+
+    final = loop.train(config(*budget, "trainer.resume=auto"), run_dir)
+    resumed = load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"]
+    assert [h["step"] for h in resumed["history"]] == [2, 4]
+    assert resumed["history"] == expected["history"] and final == straight
+    best = load_checkpoint(run_dir / "checkpoints" / "best.pt")["progress"]["step"]
+    assert best == load_checkpoint(tmp_path / "straight" / "checkpoints" / "best.pt")["progress"]["step"]
+    names = {p.name for p in (run_dir / "checkpoints").glob("step_*.pt")}
+    assert names == {p.name for p in (tmp_path / "straight" / "checkpoints").glob("step_*.pt")}
+    loop.train(config(*budget, "trainer.resume=auto"), run_dir)  # now ended: nothing to do
+    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"] == resumed
+
+
+def test_tensorboard_gets_the_final_metrics_once_per_run(config, tmp_path, monkeypatch):
+    """Stopped after update 3 of 4 (validated at 2), resumed, re-run when ended: one hparams record, and
+    one event file per session that trained."""
+    budget = ("trainer.valid_every=2", "trainer.max_steps=4")
+    with monkeypatch.context() as patch:
+        signalled_during_update(patch, 2)
+        loop.train(config(*budget), tmp_path)
+    assert hparams_records(tmp_path / "tb") == 0  # interrupted: not the run's end
+    loop.train(config(*budget, "trainer.resume=auto"), tmp_path)
+    loop.train(config(*budget, "trainer.resume=auto"), tmp_path)
+    assert hparams_records(tmp_path / "tb") == 1
+    assert len(list((tmp_path / "tb").rglob("events.out.tfevents.*"))) == 2
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("hparam/bleu")] == [4]
+
+
+def test_the_log_gets_a_loss_line_every_log_every_updates_with_the_bar_on(config, tmp_path, caplog):
+    """train.log (the log's file handler) has the training loss whatever the progress bar does."""
+    cfg = config(
+        "trainer.progress=true", "trainer.log_every=2", "trainer.max_steps=4", "trainer.valid_every=4"
+    )
+    with caplog.at_level("INFO", logger="nmt.training.loop"):
+        loop.train(cfg, tmp_path)
+    lines = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("step") and "lr" in r.getMessage()
+    ]
+    assert [line.split(":")[0] for line in lines] == ["step 2", "step 4"]
+    assert all(" loss " in line and " ppl " in line and " tok/s " in line for line in lines), lines

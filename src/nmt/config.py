@@ -588,7 +588,8 @@ class SelectConfig:
 class PlotAttentionConfig:
     checkpoint: str = MISSING
     text: str = MISSING
-    output: str = "attention.png"
+    # default: eval/<checkpoint>.attention-<hash of text and settings>.png in the checkpoint's run
+    output: str | None = None
     layer: int = -1  # decoder layer (Transformer); -1 = last
     heads: str = "mean"  # "mean" (one panel) or "all" (one panel per head)
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
@@ -613,7 +614,7 @@ class CompareAlignmentsConfig:
 class PlotCurvesConfig:
     runs: list[str] = field(default_factory=list)  # run dirs
     labels: list[str] = field(default_factory=list)  # one legend label per run (default: the dir name)
-    output: str = "curves.png"
+    output: str | None = None  # default: curves.png in the first run's dir
     dpi: int = 110
 
 

@@ -3,6 +3,7 @@ the hypotheses and a JSON report."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -30,7 +31,7 @@ from nmt.metrics import (
     scores_by_length,
     unknown_metrics,
 )
-from nmt.translator import Translator
+from nmt.translator import Hypothesis, Translator
 
 
 def check_metrics(metrics: Sequence[str]) -> None:
@@ -59,6 +60,8 @@ class EvalReport:
     by_length: list[dict] | None = None  # scores per source-length bucket (eval.by_length)
     alignments: str | None = None  # the hypotheses' word alignments (Pharaoh), with alignments=true
     prefixes: str | None = None  # the target prefixes the hypotheses start with (prefix_file)
+    ct2_model: str | None = None  # the CTranslate2 model directory that decoded (backend=ct2)
+    nbest: str | None = None  # the n-best lists (decoding.nbest > 1): ``id ||| text ||| score`` lines
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,18 +102,19 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     elapsed = time.perf_counter() - started
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
 
-    backend = "" if translator.backend.name == "torch" else f".{translator.backend.name}"
     paths = checkpoint_paths(cfg.checkpoint)
-    ensemble = ensemble_tag(paths)
-    listed = f".{Path(decoding.shortlist).stem}" if decoding.shortlist else ""  # not the full search's file
-    stem = f"{Path(paths[0]).stem}{ensemble}.{test_name}.beam{decoding.beam_size}{listed}{backend}"
+    stem = output_stem(cfg, paths, test_name, decoding, translator.cfg.decoding, (sources, refs))
     hyp_path = Path(cfg.eval.out) if cfg.eval.out else out_dir / f"{stem}.hyp"
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in hyp_text), encoding="utf-8")
     if decoding.nbest > 1:
-        nbest = translator.texts([h for hs in hyps for h in hs])
-        (hyp_path.with_suffix(".nbest")).write_text("".join(h + "\n" for h in nbest), encoding="utf-8")
-    align_path = hyp_path.with_suffix(".align") if cfg.alignments else None
+        write_nbest(hyp_path.with_suffix(".nbest"), hyps, translator)
+    if not cfg.alignments:
+        align_path = None
+    elif cfg.alignment_layer is None:
+        align_path = hyp_path.with_suffix(".align")
+    else:  # another layer, other alignments: a file of their own
+        align_path = hyp_path.with_suffix(f".layer{cfg.alignment_layer}.align")
     if align_path is not None:
         targets = [h[0].tokens if h else [] for h in hyps]
         aligned = translator.align(ids, targets, cfg.alignment_layer, decoding.max_tokens)
@@ -136,6 +140,8 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
         else None,
         alignments=str(align_path) if align_path is not None else None,
         prefixes=str(Path(cfg.prefix_file).resolve()) if cfg.prefix_file else None,
+        ct2_model=str(Path(cfg.ct2_model).resolve()) if cfg.backend == "ct2" and cfg.ct2_model else None,
+        nbest=str(hyp_path.with_suffix(".nbest")) if decoding.nbest > 1 else None,
     )
     Path(report.report).write_text(json.dumps(report.as_dict(), indent=2) + "\n")
     if cfg.eval.tb_dir:
@@ -143,6 +149,75 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
             Path(cfg.eval.tb_dir), test_name, scores, report.step or 0, report.by_length
         )
     return report
+
+
+def output_stem(
+    cfg: EvaluateConfig,
+    paths: Sequence[str],
+    test_name: str,
+    decoding: DecodingConfig,
+    checkpoint_decoding: DecodingConfig,
+    text: tuple[list[str], list[str]],
+) -> str:
+    """The name of an evaluation's files: ``<checkpoint>[.ensemble<n>-<hash>].<test>.beam<k>`` followed by
+    what else changes the output, so that no evaluation overwrites another of other settings:
+
+    - each decoding setting that differs from the checkpoint's own (``.alpha1``, ``.nbest3``,
+      ``.no_repeat_ngram3``, ``.no_unk1``, ``.word_reward-0.5``, ...; speed-only settings are left out);
+    - the shortlist's file name (``.shortlist.k10.n100``);
+    - ``.prefix-<hash>``: the target prefixes (``prefix_file``), by content;
+    - the backend besides torch, after its model directory (``.ct2``, ``.ct2-int8``);
+    - for ``eval.src``/``eval.ref``, the test name is the source file's stem and a hash of both files'
+      text (``newstest-1a2b3c4d``), so that it never takes a data split's name.
+
+    The checkpoint's own settings keep the plain name (``best.test.beam5``). The report (JSON) records
+    every setting."""
+    changed = "".join(
+        f".{f.name}{setting_text(getattr(decoding, f.name))}"
+        for f in dataclasses.fields(DecodingConfig)
+        if f.name != "beam_size"
+        and not f.metadata["speed_only"]
+        and getattr(decoding, f.name) != getattr(checkpoint_decoding, f.name)
+    )
+    listed = f".{Path(decoding.shortlist).stem}" if decoding.shortlist else ""  # not the full search's file
+    prefixes = f".prefix-{short_hash(Path(cfg.prefix_file).read_bytes())}" if cfg.prefix_file else ""
+    backend = ""
+    if cfg.backend != "torch":
+        model = Path(cfg.ct2_model or "").resolve().name
+        backend = f".{model}" if model.startswith(cfg.backend) else f".{cfg.backend}-{model}"
+    if cfg.eval.src:
+        sources, refs = text
+        test_name = f"{test_name}-{short_hash(json.dumps([sources, refs]).encode())}"
+    settings = f"{changed}{listed}{prefixes}{backend}"
+    if len(settings) > 120:  # a file name has at most 255 bytes
+        settings = f".settings-{short_hash(settings.encode())}"
+    return f"{Path(paths[0]).stem}{ensemble_tag(paths)}.{test_name}.beam{decoding.beam_size}{settings}"
+
+
+def setting_text(value: object) -> str:
+    """A decoding setting's value in a file name: numbers short (``1``, ``0.6``, ``1e-05``), booleans 0/1."""
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def short_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:8]
+
+
+def write_nbest(path: Path, hyps: list[list[Hypothesis]], translator: Translator) -> None:
+    """The n-best lists, a hypothesis per line, best first: ``id ||| text ||| score``, where ``id`` is the
+    sentence's line number from 0 (Moses' n-best layout, without its feature scores). A sentence has up
+    to ``nbest`` lines, an empty source none; ``score`` is the search's ranking score (length-normalised
+    log-probability, plus the word reward)."""
+    lines = [
+        f"{i} ||| {text} ||| {h.score:.6f}\n"
+        for i, hs in enumerate(hyps)
+        for h, text in zip(hs, translator.texts(hs))
+    ]
+    path.write_text("".join(lines), encoding="utf-8")
 
 
 def ensemble_tag(paths: Sequence[str]) -> str:
@@ -158,6 +233,13 @@ def report_dir(checkpoint: Path) -> Path:
     """``<run>/eval`` for ``<run>/checkpoints/x.pt``, else ``eval/`` beside the checkpoint."""
     parent = checkpoint.resolve().parent
     return (parent.parent if parent.name == "checkpoints" else parent) / "eval"
+
+
+def run_file(checkpoint: Path, kind: str, settings: object, suffix: str) -> Path:
+    """``<run>/eval/<checkpoint>.<kind>-<hash>.<suffix>``: a file made from a checkpoint with ``settings``
+    (anything JSON can write), in the checkpoint's run, named apart from those of other settings."""
+    digest = short_hash(json.dumps(settings, sort_keys=True).encode())
+    return report_dir(checkpoint) / f"{checkpoint.stem}.{kind}-{digest}{suffix}"
 
 
 def evaluation_text(

@@ -180,7 +180,9 @@ def test_evaluation_with_the_ct2_backend(toy_run, exported, tmp_path):
     ct2_cfg = replace(torch_cfg, backend="ct2", ct2_model=str(exported))
     ct2 = evaluate_checkpoint(ct2_cfg, tmp_path)
     ours = evaluate_checkpoint(torch_cfg, tmp_path)
-    assert ct2.backend == "ct2" and Path(ct2.hypotheses).name.endswith(".ct2.hyp")
+    # named after the export's directory ("model"), so that two exports (e.g. int8) keep their own files
+    assert ct2.backend == "ct2" and Path(ct2.hypotheses).name.endswith(".ct2-model.hyp")
+    assert ct2.ct2_model == str(exported.resolve())
     assert ct2.hypotheses != ours.hypotheses
     assert abs(ct2.scores["bleu"].score - ours.scores["bleu"].score) < 1.0
 

@@ -14,6 +14,7 @@ averaging marks are still ahead. The loop asks it; the learning-rate schedule ge
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -128,6 +129,9 @@ def averaging_marks(window: float, count: int) -> list[float]:
 
 
 TIME_BAR = "{l_bar}{bar}| {n:.0f}/{total:.0f} s [{remaining} left{postfix}]"
+# Seconds between two redraws of a bar whose stderr is not a terminal (a log file, nohup): a redraw per
+# minute instead of ten per second; the log's loss lines (trainer.log_every) say the rest.
+REDIRECTED_REFRESH_S = 60.0
 
 
 class BudgetBar:
@@ -148,6 +152,8 @@ class BudgetBar:
             desc="train",
             unit=unit,
             disable=not enabled,
+            file=sys.stderr,
+            mininterval=0.1 if sys.stderr.isatty() else REDIRECTED_REFRESH_S,
             dynamic_ncols=True,
             bar_format=None if self.by_steps else TIME_BAR,
         )
@@ -159,7 +165,8 @@ class BudgetBar:
             self.bar.update(min(minutes * 60, self.bar.total) - self.bar.n)
 
     def set_postfix(self, values: dict[str, str], step: int) -> None:
-        self.bar.set_postfix(values if self.by_steps else {"step": step, **values})
+        # drawn with the next update: a refresh here would redraw at every log line, whatever mininterval
+        self.bar.set_postfix(values if self.by_steps else {"step": step, **values}, refresh=False)
 
     def close(self) -> None:
         self.bar.close()

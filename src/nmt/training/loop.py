@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from nmt import checkpoint as ckpt_io
 from nmt.config import TrainConfig, to_container
@@ -40,6 +41,15 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     run = set_up(cfg, run_dir)
     clock, progress = run.clock, run.progress
     done = run.ended
+    if progress.pending_validation:  # stopped right after an update due for validation: validate it now
+        if run.dist.is_main:
+            log.info("step %d: validating, as the stopped run did not", progress.step)
+        if not validate_and_save(run):
+            done = done or early_stopping(cfg.trainer.patience)
+        if done:
+            if run.dist.is_main:
+                log.info("stopped after %d steps: %s", progress.step, done)
+            return finish(run, progress.history[-1])
     if done:  # a finished run, re-run (trainer.resume=auto): nothing to train, validate or write
         if run.dist.is_main:
             log.info("nothing to do: the run already ended at step %d (%s)", progress.step, done)
@@ -56,6 +66,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     window, reason = Window(), ""
     validated_at = progress.history[-1]["step"] if progress.history else -1
     bar = BudgetBar(clock.budget, progress.step, clock.minutes(), run.dist.is_main and cfg.trainer.progress)
+    console = contextlib.ExitStack()
+    if run.dist.is_main and cfg.trainer.progress:  # log lines above the bar, not through it
+        console.enter_context(logging_redirect_tqdm())
     try:
         while not reason:
             spent = clock.fraction(progress.step)  # before this update's batches are drawn
@@ -77,30 +90,35 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
             if progress.step % cfg.trainer.log_every == 0:
                 log_train(run, window.flush(), bar)
             reason = stop_reason(run, stats)
-            if (progress.step % cfg.trainer.valid_every == 0 or reason) and reason != "interrupted":
+            if reason == "interrupted":  # saved below, at once: what is due at this step is left to a resume
+                save_interrupted(run, step_file_due=stats["flags"]["checkpoint"])
+            elif progress.step % cfg.trainer.valid_every == 0 or reason:
                 validated_at = progress.step
                 if not validate_and_save(run):
                     reason = reason or early_stopping(cfg.trainer.patience)
-            elif stats["flags"]["checkpoint"] and reason != "interrupted":
+            elif stats["flags"]["checkpoint"]:
                 save_checkpoints(run, improved=False, step_file=True)
             if stats["flags"]["checkpoint"]:
                 clock.pass_marks(progress.step)
     finally:
+        console.close()
         bar.close()
         stop.restore()
-    if reason == "interrupted":  # save at once, without validating
-        save_checkpoints(run, improved=False, step_file=False)
-    elif validated_at != progress.step and progress.step > 0:  # out of epochs between validations
-        validate_and_save(run)
+    if reason != "interrupted" and validated_at != progress.step and progress.step > 0:
+        validate_and_save(run)  # out of epochs between validations
     if run.dist.is_main:
         log.info("stopped after %d steps: %s", progress.step, reason)
         if reason == "interrupted":
+            pending = f" (it validates step {progress.step} first)" if progress.pending_validation else ""
             log.info(
-                "saved %s; resume with:\n  %s",
+                "saved %s; resume with%s:\n  %s",
                 run.ckpt_dir / "last.pt",
+                pending,
                 resume_hint or f"trainer.resume={run.ckpt_dir / 'last.pt'}",
             )
-    return finish(run, progress.history[-1] if progress.history else {})
+    # The final metrics go to TensorBoard once, when the run ends: not at each interruption.
+    ended = reason != "interrupted" and progress.history
+    return finish(run, progress.history[-1] if ended else {})
 
 
 def finish(run: Run, final: dict[str, float]) -> dict[str, float]:
@@ -220,16 +238,17 @@ def stop_reason(run: Run, stats: dict[str, Any]) -> str:
 
 
 def log_train(run: Run, summary: dict[str, float], bar: BudgetBar) -> None:
-    """TensorBoard scalars, plus the progress bar (or a log line when the bar is off, e.g. under nohup)."""
+    """TensorBoard scalars, the progress bar's figures and a log line (train.log), bar or no bar."""
     run.monitor.train_scalars(summary, run.progress.step)
     text = {
         "loss": f"{summary['loss']:.3f}",
+        "ppl": f"{summary['ppl']:.2f}",
         "lr": f"{summary['lr']:.2e}",
-        "tok_s": f"{summary['tokens_per_s']:.0f}",
+        "tok/s": f"{summary['tokens_per_s']:.0f}",
     }
     if run.cfg.trainer.progress:
         bar.set_postfix(text, run.progress.step)
-    elif run.dist.is_main:
+    if run.dist.is_main:
         log.info("step %d: %s", run.progress.step, " ".join(f"{k} {v}" for k, v in text.items()))
 
 
@@ -295,9 +314,21 @@ def validate_and_save(run: Run) -> bool:
             metrics["chrf"],
             " (best)" if improved else "",
         )
+        progress.pending_validation = False
         write_checkpoints(run, improved, step_file=True, rng=rng)
         keep_going = not (cfg.trainer.patience and progress.bad_validations >= cfg.trainer.patience)
     return bool(broadcast_object(keep_going, run.dist))
+
+
+def save_interrupted(run: Run, step_file_due: bool) -> None:
+    """Save a stopped run at once, without validating. When this update was due for validation (every
+    ``valid_every``, or the budget's last), ``last.pt`` says so and ``trainer.resume`` validates it
+    first, so that ``best.pt``, the history and the step checkpoints miss no validation. The step
+    checkpoint is written now either way: averaging gets it even if the run is never resumed."""
+    progress = run.progress
+    due = progress.step % run.cfg.trainer.valid_every == 0 or bool(run.clock.finished(progress.step))
+    progress.pending_validation = due
+    save_checkpoints(run, improved=False, step_file=step_file_due or due)
 
 
 def save_checkpoints(run: Run, improved: bool, step_file: bool) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
 
 from nmt.attention_maps import cross_attention
 from nmt.config import TrainConfig, to_container
@@ -62,7 +63,11 @@ class Monitor:
     def close(self, final: dict[str, float]) -> None:
         if self.writer is None:
             return
-        if final:
+        if final:  # the run's end: hyperparameters and final metrics, once per run
             metrics = {f"hparam/{k}": v for k, v in final.items() if k != "step"}
-            self.writer.add_hparams(flatten(to_container(self.cfg)), metrics, run_name=".")
+            # Through this writer (add_hparams would open another event file per call)
+            for record in hparams(flatten(to_container(self.cfg)), metrics):
+                self.writer.file_writer.add_summary(record)
+            for key, value in metrics.items():
+                self.writer.add_scalar(key, value, int(final.get("step", 0)))
         self.writer.close()

@@ -38,6 +38,7 @@ class Progress:
     bad_steps: int = 0
     skipped_steps: int = 0
     elapsed_s: float = 0.0  # training time so far, over all sessions of a resumed run (the time budget)
+    pending_validation: bool = False  # stopped after an update due for validation: a resume validates it
     history: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -124,10 +125,12 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         count=cfg.trainer.keep_checkpoints,
     )
     done = ended(cfg, progress, clock)
-    # A finished run re-run writes nothing, TensorBoard included. A resumed one drops the events that came
-    # after its checkpoint's step, but not those of that step (its validation), hence + 1.
+    # A finished run re-run writes nothing, TensorBoard included, unless its last validation is pending. A
+    # resumed one drops the events that came after its checkpoint's step, but not those of that step (its
+    # validation), hence + 1.
+    writes = not done or progress.pending_validation
     monitor = Monitor(
-        run_dir, cfg, dist.is_main and not done, purge_step=progress.step + 1 if progress.step else None
+        run_dir, cfg, dist.is_main and writes, purge_step=progress.step + 1 if progress.step else None
     )
     return Run(
         cfg=cfg,

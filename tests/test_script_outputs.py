@@ -1,0 +1,92 @@
+"""Every script writes only where its run's outputs live or where the user said, never where it is run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from test_evaluation import EN, save_model, tiny_config
+
+from nmt.config import register_configs
+from nmt.data import prepare_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+# Scripts whose Hydra run dir is their own output folder (under outputs/, or the run they work on).
+OWN_RUN_DIR = {
+    "train",
+    "prepare_data",
+    "select_final",
+    *(f"benchmark{kind}" for kind in ("", "_ct2", "_decoders", "_server")),
+}
+
+
+def script_configs() -> dict[str, str]:
+    """Each script's config name, as its ``@hydra.main`` says."""
+    found = {}
+    for script in sorted((REPO / "scripts").glob("*.py")):
+        match = re.search(r'config_name="(\w+)"', script.read_text())
+        if match:
+            found[script.stem] = match.group(1)
+    return found
+
+
+@pytest.mark.parametrize(("script", "config"), sorted(script_configs().items()))
+def test_no_script_leaves_a_hydra_folder_or_a_log_where_it_is_run(script, config):
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        hydra = OmegaConf.to_container(compose(config, return_hydra_config=True).hydra, resolve=False)
+    run_dir = hydra["run"]["dir"]
+    if script in OWN_RUN_DIR:
+        assert run_dir.startswith(("outputs/", "${run_dir}")), run_dir
+        return
+    files = [h for h in hydra["job_logging"].get("handlers", {}).values() if "filename" in h]
+    assert (run_dir, hydra["output_subdir"], files) == (".", None, [])
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, compose_train_cfg) -> Path:
+    tmp_path = tmp_path_factory.mktemp("scripts")
+    cfg = tiny_config(tmp_path, compose_train_cfg)
+    data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
+    return save_model(cfg, data, tmp_path / "run" / "checkpoints" / "model.pt", seed=0)
+
+
+def run_script(script: str, *args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / script), *args, "device=cpu"],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("script", ["evaluate.py", "plot_attention.py", "translate.py", "score.py"])
+def test_a_script_run_elsewhere_leaves_nothing_where_it_is_run(checkpoint, tmp_path, script):
+    (tmp_path / "text.en").write_text(EN[0] + "\n", encoding="utf-8")
+    (tmp_path / "text.de").write_text("ein mann\n", encoding="utf-8")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    args = {
+        "evaluate.py": [],
+        "plot_attention.py": [f"text={EN[0]}"],
+        "translate.py": [f"input={tmp_path / 'text.en'}"],
+        "score.py": [f"eval.src={tmp_path / 'text.en'}", f"eval.ref={tmp_path / 'text.de'}"],
+    }[script]
+    before = set((checkpoint.parents[1]).rglob("*"))
+    proc = run_script(script, f"checkpoint={checkpoint}", *args, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert list(cwd.iterdir()) == []
+    made = {
+        p.relative_to(checkpoint.parents[1]).as_posix()
+        for p in set(checkpoint.parents[1].rglob("*")) - before
+    }
+    if script == "plot_attention.py":  # beside the checkpoint's run's evaluations, named after its settings
+        assert any(re.fullmatch(r"eval/model\.attention-[0-9a-f]{8}\.png", name) for name in made), made
+        assert f"attention map: {checkpoint.parents[1] / 'eval'}" in proc.stdout
