@@ -42,6 +42,7 @@ from nmt.ct2.backend import CT2Backend, ct2_length_penalty, thread_layout  # noq
 from nmt.ct2.export import check_exportable, export_checkpoint, export_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+EN_DE = ("en", "de")
 TINY = TransformerConfig(
     d_model=32, ff_dim=64, heads=4, encoder_layers=2, decoder_layers=2, max_positions=48, dropout=0.0
 )
@@ -136,7 +137,7 @@ def test_exported_model_scores_like_pytorch(spm_models, tmp_path, norm_first, po
     # Long enough to use positions far from 0 (the tables must line up everywhere).
     sources.append(tokenizer.encode_src([" ".join(text[20:26])])[0][: TINY.max_positions - 1])
     targets.append(tokenizer.encode_tgt([" ".join(text[30:36])])[0][: TINY.max_positions - 1])
-    got = backend.score_ids(sources, targets, max_tokens=1000)
+    got = backend.score_ids(sources, targets, max_tokens=1000, shortlist=None)
     for src, tgt, ct2_scores in zip(sources, targets, got):
         assert ct2_scores == pytest.approx(torch_log_probs(model, src, tgt), abs=2e-4)
 
@@ -168,7 +169,7 @@ def test_quantized_export_leaves_the_model_alone(spm_models, tmp_path):
     )
     for quantization in ("int8", "float16"):
         backend = CT2Backend(export_model(model, tokenizer, tmp_path / quantization, quantization), tokenizer)
-        scores = backend.score_ids(sources, targets, max_tokens=1000)
+        scores = backend.score_ids(sources, targets, max_tokens=1000, shortlist=None)
         assert [len(s) for s in scores] == [len(t) + 1 for t in targets]
         assert all(math.isfinite(x) and x <= 0 for s in scores for x in s)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -224,7 +225,7 @@ def test_sentences_whose_search_kept_pad_or_bos_are_searched_again_without_them(
     assert held and set(again) >= held  # those CTranslate2 alone fills with PAD or BOS are among them
     for source, hyps in zip(sources, theirs):
         assert all(PAD_ID not in h.tokens and BOS_ID not in h.tokens for h in hyps)
-        model_scores = backend.score_ids([source] * len(hyps), [h.tokens for h in hyps], 1000)
+        model_scores = backend.score_ids([source] * len(hyps), [h.tokens for h in hyps], 1000, None)
         for h, token_scores in zip(hyps, model_scores):
             assert h.log_prob == pytest.approx(sum(token_scores), abs=1e-4)
 
@@ -350,17 +351,20 @@ def test_thread_layout_fills_the_cores_with_one_thread_translations_unless_told(
 
 def test_the_thread_layout_reaches_ctranslate2_from_load_backend(spm_models, tmp_path):
     tokenizer = spm_models["joint"]
-    model_dir = export_model(random_model(TINY, tokenizer), tokenizer, tmp_path / "m")
+    model = random_model(TINY, tokenizer)
+    model_dir = export_model(model, tokenizer, tmp_path / "m")
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
-        backend = load_backend("ct2", str(model_dir), None, tokenizer, torch.device("cpu"), 48, (2, 1))
+        backend = load_backend(
+            "ct2", str(model_dir), model, tokenizer, torch.device("cpu"), 48, EN_DE, (2, 1)
+        )
         assert torch.get_num_threads() == 3  # CTranslate2 (intra_threads 1) leaves torch's threads alone
     finally:
         torch.set_num_threads(threads)
     assert (backend.translator.num_translators, backend.intra_threads) == (2, 1)
     with pytest.raises(NMTError, match="ct2_inter_threads=-1, ct2_intra_threads=0: must be >= 0"):
-        load_backend("ct2", str(model_dir), None, tokenizer, torch.device("cpu"), 48, (-1, 0))
+        load_backend("ct2", str(model_dir), model, tokenizer, torch.device("cpu"), 48, EN_DE, (-1, 0))
 
 
 def test_backend_refuses_a_model_exported_with_another_tokenizer(spm_models, tmp_path):

@@ -28,6 +28,7 @@ from nmt.translator import Translator
 
 VOCAB = 24
 POSITIONS = 32
+COPY = ("src", "tgt")  # the direction the copy task's shortlists are built for
 SEARCHES = {
     "greedy": DecodingConfig(beam_size=1, alpha=0.0),
     "beam 4": DecodingConfig(beam_size=4, nbest=4, alpha=0.6),
@@ -60,13 +61,13 @@ def vocabulary(size: int) -> SimpleNamespace:
 
 
 def whole_vocabulary() -> Shortlist:
-    return Shortlist(0, VOCAB, "test", VOCAB, list(range(VOCAB)), [[] for _ in range(VOCAB)], 0)
+    return Shortlist(0, VOCAB, "test", VOCAB, list(range(VOCAB)), [[] for _ in range(VOCAB)], 0, *COPY, {})
 
 
 def narrow() -> Shortlist:
     """Two or three candidates per source id, few shared between sentences (no frequent ones)."""
     candidates = [[] if s in SPECIALS else sorted({s, 4 + (s * 7) % (VOCAB - 4)}) for s in range(VOCAB)]
-    return Shortlist(2, 0, "test", VOCAB, list(SPECIALS), candidates, 0)
+    return Shortlist(2, 0, "test", VOCAB, list(SPECIALS), candidates, 0, *COPY, {})
 
 
 def own_candidates(shortlist: Shortlist, source: list[int], prefix: list[int] = ()) -> set[int]:
@@ -92,7 +93,7 @@ def copier() -> Seq2Seq:
 def copy_shortlist() -> Shortlist:
     """Built from copy pairs like any shortlist: each source id's likeliest target is itself."""
     pairs = copy_sentences(2000, VOCAB, seed=77)
-    return build_shortlist(pairs, pairs, vocabulary(VOCAB), k=1, frequent=0)
+    return build_shortlist(pairs, pairs, vocabulary(VOCAB), k=1, frequent=0, direction=COPY)
 
 
 # ---------------------------------------------------------------------------------- the same search
@@ -230,7 +231,7 @@ def test_log_probabilities_are_normalised_over_the_sentences_own_candidates(sour
 
 # ---------------------------------------------------------------------------------------- checks
 def test_a_shortlist_for_other_vocabularies_is_refused(sources):
-    other = Shortlist(0, 0, "test", VOCAB + 1, list(SPECIALS), [[] for _ in range(VOCAB)], 0)
+    other = Shortlist(0, 0, "test", VOCAB + 1, list(SPECIALS), [[] for _ in range(VOCAB)], 0, *COPY, {})
     with pytest.raises(NMTError, match=r"vocabularies of 24/25 source/target subwords, the model has 24/24"):
         translate_ids(untrained("transformer"), sources, SEARCHES["greedy"], "cpu", 32, shortlist=other)
 
@@ -248,7 +249,7 @@ def test_the_translator_reads_the_shortlist_once_and_decodes_over_it(tmp_path, m
     translator = Translator.from_checkpoint(str(checkpoint), torch.device("cpu"))
     tokenizer = translator.tokenizer
     pairs = tokenizer.encode_src(EN), tokenizer.encode_tgt(DE)
-    shortlist = build_shortlist(*pairs, tokenizer, k=2, frequent=1)
+    shortlist = build_shortlist(*pairs, tokenizer, k=2, frequent=1, direction=("src", "tgt"))
     path = tmp_path / shortlist.filename()
     shortlist.save(path)
     reads = []

@@ -6,8 +6,8 @@ passes on what the ensemble knows to one model that decodes at the price of one.
 
 The teacher translates through the :class:`~nmt.translator.Translator` (either backend), and the work
 is cached under ``{data.cache_dir}/distilled/<key>/``, the key naming everything the translations
-depend on (the teachers' checkpoint contents, the decoding settings, the backend and its model, the
-source text)::
+depend on, every file by its content (the teachers' checkpoints, the decoding settings with the
+shortlist's content, the backend and its model, the source text)::
 
     meta.json                              what the key stands for
     translations/<start>-<stop>.<tgt>      the teacher's translations, one chunk of lines per file
@@ -88,7 +88,12 @@ def distill(cfg: DistillConfig, progress: bool = True) -> DistilledCorpus:
     root.mkdir(parents=True, exist_ok=True)
     if not (root / "meta.json").is_file():
         paths = [str(Path(p).resolve()) for p in checkpoint_paths(cfg.teacher)]
-        meta = {**settings, "teacher_paths": paths, "ct2_model_path": cfg.ct2_model}
+        meta = {
+            **settings,
+            "teacher_paths": paths,
+            "ct2_model_path": cfg.ct2_model,
+            "shortlist_path": decoding.shortlist,
+        }
         atomic_write_text(root / "meta.json", json.dumps(meta, indent=2) + "\n")
 
     started = time.perf_counter()
@@ -127,7 +132,11 @@ def cache_settings(cfg: DistillConfig, decoding: DecodingConfig, sources: Path, 
     settings = {
         "format": FORMAT_VERSION,
         "teachers": [file_digest(Path(p))["sha1"] for p in checkpoint_paths(cfg.teacher)],
-        "decoding": asdict(decoding),
+        # a file input by its content: a shortlist built again at the same path is another input
+        "decoding": {
+            **asdict(decoding),
+            "shortlist": decoding.shortlist and file_digest(Path(decoding.shortlist))["sha1"],
+        },
         "backend": cfg.backend,
         "sources": file_digest(sources)["sha1"],
         "direction": [src, tgt],
