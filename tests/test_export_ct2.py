@@ -6,6 +6,7 @@ Decoding agreement on a trained model: tests/system/test_ct2_decoding.py."""
 from __future__ import annotations
 
 import io
+import json
 import math
 import random
 import subprocess
@@ -40,6 +41,7 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 from nmt.backends import load_backend  # noqa: E402
 from nmt.ct2.backend import CT2Backend, ct2_length_penalty, thread_layout  # noqa: E402
 from nmt.ct2.export import check_exportable, export_checkpoint, export_model  # noqa: E402
+from nmt.translator import Translator  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EN_DE = ("en", "de")
@@ -474,3 +476,63 @@ def test_backend_against_ctranslate2_directly_side_by_side(spm_models, tmp_path)
     assert len(table) == 5 and table[2].startswith("1x1") and "fastest layout" in table[-1]
     with pytest.raises(NMTError, match=r"layouts: '2-1' is not INTERxINTRA"):
         parse_layout("2-1")
+
+
+# ------------------------------------------------------------------------- which model, which input
+
+
+def test_backend_ct2_refuses_an_export_of_another_checkpoint_of_the_same_tokenizer(spm_models, tmp_path):
+    """The export records the digest of the weights it holds: another checkpoint's export is refused
+    in one line (/info and reports would name one model while another translates), the same weights
+    saved again with other settings are accepted, and an export that records none is refused."""
+    tokenizer = spm_models["joint"]
+    first, second, again = tmp_path / "first.pt", tmp_path / "second.pt", tmp_path / "again.pt"
+    weights = random_model(TINY, tokenizer, seed=0).state_dict()
+    atomic_save(checkpoint(TINY, tokenizer.state_dict(), weights), first)
+    atomic_save(
+        checkpoint(TINY, tokenizer.state_dict(), random_model(TINY, tokenizer, seed=1).state_dict()), second
+    )
+    resaved = checkpoint(TINY, tokenizer.state_dict(), weights)
+    atomic_save({**resaved, "progress": {"step": 8}}, again)
+    model_dir = export_checkpoint(ExportCT2Config(checkpoint=str(first), output=str(tmp_path / "ct2")))
+    cpu = torch.device("cpu")
+    for accepted in (first, again):
+        assert Translator.from_checkpoint(str(accepted), cpu, "ct2", str(model_dir)).backend.name == "ct2"
+    with pytest.raises(NMTError) as e:
+        Translator.from_checkpoint(str(second), cpu, "ct2", str(model_dir))
+    assert str(e.value) == (
+        f"ct2_model={model_dir} was exported from another model (checkpoint {first}, step 7) than the "
+        "checkpoint's; export this checkpoint again (scripts/export_ct2.py)"
+    )
+    meta = model_dir / "nmt_export.json"
+    info = json.loads(meta.read_text())
+    meta.write_text(json.dumps({key: value for key, value in info.items() if key != "weights_sha256"}))
+    with pytest.raises(NMTError, match=r"records no model it was exported from \(an older export\)"):
+        Translator.from_checkpoint(str(first), cpu, "ct2", str(model_dir))
+
+
+def test_an_empty_source_with_a_prefix_is_continued_as_backend_torch_continues_it(spm_models, tmp_path):
+    """CTranslate2 skips an empty input (even one of EOS alone) and returned the bare prefix as the only
+    hypothesis; both backends continue the prefix, with as many hypotheses."""
+    tokenizer = spm_models["joint"]
+    model = random_model(TINY, tokenizer)
+    backend = load_backend(
+        "ct2",
+        str(export_model(model, tokenizer, tmp_path / "m")),
+        model,
+        tokenizer,
+        torch.device("cpu"),
+        48,
+        EN_DE,
+    )
+    prefix = tokenizer.encode_tgt(spm_models["text"][:1])[0][:3]
+    sources = [[], tokenizer.encode_src(spm_models["text"][1:2])[0], []]
+    prefixes = [prefix, prefix, []]
+    cfg = DecodingConfig(beam_size=3, nbest=3, max_len_a=1.0, max_len_b=5)
+    ours = translate_ids(model, sources, cfg, "cpu", TINY.max_positions, prefixes=prefixes)
+    theirs = backend.translate_ids(sources, cfg, prefixes=prefixes)
+    assert [len(h) for h in theirs] == [len(h) for h in ours] == [3, 3, 1]
+    assert all(len(h.tokens) > len(prefix) and h.tokens[:3] == prefix for h in theirs[0])
+    for mine, other in zip(ours[:2], theirs[:2]):
+        assert [h.tokens for h in other] == [h.tokens for h in mine]
+        assert [h.score for h in other] == pytest.approx([h.score for h in mine], abs=1e-3)
