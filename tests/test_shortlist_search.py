@@ -6,6 +6,7 @@ once."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from dataclasses import replace
 from types import SimpleNamespace
@@ -24,6 +25,7 @@ from nmt.models import Seq2Seq
 from nmt.models.base import OutputVocab
 from nmt.models.ensemble import Ensemble
 from nmt.serve.requests import TranslateRequest
+from nmt.serve.work import ScoreSettings, translate_batch
 from nmt.shortlist import SPECIALS, Shortlist, build_shortlist
 from nmt.special import BOS_ID, EOS_ID, PAD_ID
 from nmt.translator import Translator
@@ -351,3 +353,8 @@ def test_the_translator_scores_over_the_shortlist_its_settings_name(tmp_path):
     scored = translator.score_ids([s for s, _ in pairs], [h.tokens for _, h in pairs], decoding)
     assert [s.log_prob for s in scored] == pytest.approx([h.log_prob for _, h in pairs], abs=1e-4)
     assert [s.score for s in scored] == pytest.approx([h.score for _, h in pairs], abs=1e-4)
+    # the service's /score, with the server's settings (its shortlist among them): the same numbers
+    item = ([s for s, _ in pairs], ScoreSettings(decoding, [h.tokens for _, h in pairs]))
+    (answer,) = translate_batch(translator, 2**20, [item])
+    served = json.loads(answer.translations)
+    assert [s["log_prob"] for s in served] == pytest.approx([h.log_prob for _, h in pairs], abs=1e-4)

@@ -184,9 +184,9 @@ def load_shortlist(path: Path, tokenizer: Tokenizer, direction: tuple[str, str])
             f"{path} was built for another tokenizer (fingerprint {data['tokenizer_fingerprint']}) than "
             f"the model's ({tokenizer.fingerprint}); build it again with scripts/build_shortlist.py"
         )
-    if (data["src_lang"], data["tgt_lang"]) != tuple(direction):
+    if (data.get("src_lang"), data.get("tgt_lang")) != tuple(direction):
         raise NMTError(
-            f"{path} was built for {data['src_lang']}->{data['tgt_lang']}, the model translates "
+            f"{path} was built for {data.get('src_lang')}->{data.get('tgt_lang')}, the model translates "
             f"{direction[0]}->{direction[1]}; build one for this model with scripts/build_shortlist.py"
         )
     if len(data["candidates"]) != tokenizer.src_vocab_size:

@@ -58,7 +58,12 @@ What differs from ``backend=torch``:
   call over the union of its sentences' candidates, where ours gives each sentence its own: with a
   shortlist, a translation can depend on the sentences that share its call (those of its length).
   Scores are then log-probabilities normalised over the candidates, as ours are (over the sentence's
-  own), and are kept as they are.
+  own), and are kept as they are; hypotheses scored again are scored over the sentence's own
+  candidates, as ours (CTranslate2's ``score_batch`` has no vocabulary map: the PyTorch model,
+  ``reference``, scores them, as it scores given translations over a shortlist).
+- An empty source: CTranslate2 skips an empty input (one of EOS alone too), so with a target prefix
+  it would return the bare prefix as the only hypothesis; such a sentence is searched by the PyTorch
+  model (``reference``), which continues the prefix as ``backend=torch`` does.
 
 ``word_reward``, which only matters when finished hypotheses of different lengths are ranked, is
 added here when ranking, as in ours.
