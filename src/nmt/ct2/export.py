@@ -40,7 +40,7 @@ from nmt.ct2.format import file_digest, require_ctranslate2, write_export_info
 from nmt.errors import NMTError
 from nmt.models.attention import Attention, DotProductAttention
 from nmt.models.transformer import DecoderLayer, EncoderLayer, Residual, Transformer
-from nmt.shortlist import load_shortlist, write_vmap
+from nmt.shortlist import Shortlist, load_shortlist, write_vmap
 from nmt.special import BOS_ID, EOS_ID, UNK_ID
 from nmt.tokenizer import Tokenizer
 
@@ -207,11 +207,14 @@ def export_model(
     never leaves a directory the backend would load.
     """
     check_quantization(quantization)
-    if shortlist is not None and direction is None:
-        raise NMTError("exporting with a shortlist needs the model's direction, to check the shortlist's")
     output = Path(output)
     if output.exists() and not force:
         raise NMTError(f"output={output} already exists; remove it or add force=true")
+    loaded = None  # the shortlist, checked before the work
+    if shortlist is not None:
+        if direction is None:
+            raise NMTError("exporting with a shortlist needs the model's direction, to check the shortlist's")
+        loaded = load_shortlist(Path(shortlist), tokenizer, direction)
     spec = build_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
@@ -220,7 +223,7 @@ def export_model(
     tmp.mkdir(parents=True)
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            vmap = _vocabulary_map(shortlist, tokenizer, direction, Path(scratch) / "vmap.txt")
+            vmap = _vocabulary_map(shortlist, loaded, tokenizer, Path(scratch) / "vmap.txt")
             if vmap:
                 spec.register_vocabulary_mapping(str(Path(scratch) / "vmap.txt"))
             spec.save(str(tmp))
@@ -250,14 +253,12 @@ def export_model(
 
 
 def _vocabulary_map(
-    shortlist: str | Path | None, tokenizer: Tokenizer, direction: tuple[str, str] | None, path: Path
+    shortlist: str | Path | None, loaded: Shortlist | None, tokenizer: Tokenizer, path: Path
 ) -> dict[str, Any] | None:
-    """Write the ``shortlist`` file as a vocabulary map at ``path``; what ``nmt_export.json`` records of
-    it (None without one)."""
-    if shortlist is None:
+    """Write the ``shortlist`` file (``loaded``) as a vocabulary map at ``path``; what
+    ``nmt_export.json`` records of it (None without one)."""
+    if shortlist is None or loaded is None:
         return None
-    assert direction is not None  # export_model checked it
-    loaded = load_shortlist(Path(shortlist), tokenizer, direction)
     write_vmap(loaded, tokenizer, path)
     return {
         "file": str(Path(shortlist).resolve()),

@@ -117,7 +117,7 @@ class Seq2Seq(nn.Module):
         ``restrict_output``."""
         logits = self(src, tgt_in, keep)
         if outside is not None:
-            logits = logits.masked_fill(outside, -math.inf)
+            logits.masked_fill_(outside, -math.inf)  # a fresh tensor: no second copy
         return log_softmax_fp32(logits)
 
     def encode(self, src: Tensor) -> State:
