@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from nmt.cache import hash_key
 from nmt.config import DecodingConfig, DistillConfig, DistillCorpusConfig, ToyDataConfig, data_or_model_data
 from nmt.data import read_lines
-from nmt.distill import cache_settings, distill, translate_in_chunks
+from nmt.distill import cache_settings, corpus_name, distill, translate_in_chunks
 from nmt.errors import NMTError
 
 
@@ -108,6 +108,22 @@ def test_a_shortlist_is_keyed_by_its_content_not_its_path(tmp_path):
     assert key(elsewhere) == old
     shortlist.write_text('{"candidates": "rebuilt"}')
     assert key(shortlist) != old
+
+
+def test_the_corpus_folder_is_named_by_the_content_of_what_is_copied_into_it(tmp_path):
+    """Valid, test and (with keep_original) the training references are copied beside the translations:
+    edited references get another folder, never the old copies."""
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            (tmp_path / f"{split}.{lang}").write_text(f"{split} {lang}\n")
+    plain, kept = corpus_name("k", tmp_path, "en", "de", False), corpus_name("k", tmp_path, "en", "de", True)
+    assert kept.endswith("-with-original") and plain != kept.removesuffix("-with-original")
+    assert corpus_name("other", tmp_path, "en", "de", False) != plain
+    (tmp_path / "train.de").write_text("edited\n")
+    assert corpus_name("k", tmp_path, "en", "de", False) == plain  # not copied without keep_original
+    assert corpus_name("k", tmp_path, "en", "de", True) != kept
+    (tmp_path / "valid.de").write_text("edited\n")
+    assert corpus_name("k", tmp_path, "en", "de", False) != plain
 
 
 def test_the_student_preset_is_the_main_job_on_the_distilled_folder(compose_cfg):

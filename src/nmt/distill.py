@@ -11,7 +11,8 @@ shortlist's content, the backend and its model, the source text)::
 
     meta.json                              what the key stands for
     translations/<start>-<stop>.<tgt>      the teacher's translations, one chunk of lines per file
-    distilled-<key>[-with-original]/       the corpus: {train,valid,test}.{src,tgt} for data=local
+    distilled-<name>[-with-original]/      the corpus: {train,valid,test}.{src,tgt} for data=local, named
+                                           by the key and the content of the files copied into it
 
 Each chunk is written atomically when it is done, so an interrupted run resumes at the first chunk
 missing, and a second run translates nothing. Valid and test are copied from the original corpus:
@@ -102,8 +103,7 @@ def distill(cfg: DistillConfig, progress: bool = True) -> DistilledCorpus:
     )
     seconds = time.perf_counter() - started
 
-    name = f"distilled-{key}" + ("-with-original" if cfg.distill.keep_original else "")
-    folder = root / name
+    folder = root / corpus_name(key, text, src, tgt, cfg.distill.keep_original)
     train_src, train_tgt = sources, translations
     if cfg.distill.keep_original:
         train_src, train_tgt = sources + sources, translations + read_lines(text / f"train.{tgt}")
@@ -144,6 +144,16 @@ def cache_settings(cfg: DistillConfig, decoding: DecodingConfig, sources: Path, 
     if cfg.backend == "ct2":
         settings["ct2_model"] = file_digest(Path(cfg.ct2_model) / "model.bin")["sha1"]
     return settings
+
+
+def corpus_name(key: str, text: Path, src: str, tgt: str, keep_original: bool) -> str:
+    """The corpus folder's name: the translations' ``key`` and the content of the files copied into it
+    beside them (valid and test, and with ``keep_original`` the training references), so that edited
+    references get a new folder rather than the old one."""
+    copied = [f"{split}.{lang}" for split in ("valid", "test") for lang in (src, tgt)]
+    copied += [f"train.{tgt}"] if keep_original else []
+    contents = hash_key({"translations": key, **{name: file_digest(text / name)["sha1"] for name in copied}})
+    return f"distilled-{contents}" + ("-with-original" if keep_original else "")
 
 
 def translate_in_chunks(
