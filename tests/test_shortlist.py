@@ -138,6 +138,9 @@ def test_the_file_is_versioned_and_tied_to_its_tokenizer_and_direction(tokenizer
         f"{path}: shortlist format version 1, which records no direction, this nmt reads version 2; "
         "build it again with scripts/build_shortlist.py"
     )
+    path.write_text(json.dumps({key: value for key, value in stored.items() if key != "tgt_lang"}))
+    with pytest.raises(NMTError, match=r"not a shortlist \(no 'tgt_lang'\); build it again"):
+        load_shortlist(path, tokenizer, ("en", "de"))
     path.write_text(json.dumps(stored))
     other = toy_tokenizer(tmp_path / "other", 100)
     with pytest.raises(NMTError, match=r"built for another tokenizer \(fingerprint \w+\) than the model's"):

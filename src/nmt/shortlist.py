@@ -179,14 +179,19 @@ def load_shortlist(path: Path, tokenizer: Tokenizer, direction: tuple[str, str])
             f"{path}: shortlist format version {data.get('version')}{why}, this nmt reads version "
             f"{FORMAT_VERSION}; build it again with scripts/build_shortlist.py"
         )
+    missing = [key for key in Shortlist.__dataclass_fields__ if key not in data]
+    if missing:
+        raise NMTError(
+            f"{path}: not a shortlist (no {missing[0]!r}); build it again with scripts/build_shortlist.py"
+        )
     if data["tokenizer_fingerprint"] != tokenizer.fingerprint:
         raise NMTError(
             f"{path} was built for another tokenizer (fingerprint {data['tokenizer_fingerprint']}) than "
             f"the model's ({tokenizer.fingerprint}); build it again with scripts/build_shortlist.py"
         )
-    if (data.get("src_lang"), data.get("tgt_lang")) != tuple(direction):
+    if (data["src_lang"], data["tgt_lang"]) != tuple(direction):
         raise NMTError(
-            f"{path} was built for {data.get('src_lang')}->{data.get('tgt_lang')}, the model translates "
+            f"{path} was built for {data['src_lang']}->{data['tgt_lang']}, the model translates "
             f"{direction[0]}->{direction[1]}; build one for this model with scripts/build_shortlist.py"
         )
     if len(data["candidates"]) != tokenizer.src_vocab_size:
