@@ -9,9 +9,10 @@ from dataclasses import asdict
 import pytest
 from omegaconf import OmegaConf
 
+from nmt.cache import hash_key
 from nmt.config import DecodingConfig, DistillConfig, DistillCorpusConfig, ToyDataConfig, data_or_model_data
 from nmt.data import read_lines
-from nmt.distill import cache_settings, distill, translate_in_chunks
+from nmt.distill import cache_settings, corpus_name, distill, translate_in_chunks
 from nmt.errors import NMTError
 
 
@@ -83,6 +84,46 @@ def test_the_key_is_of_contents_settings_and_backend(tmp_path):
     assert all(other != base for other in others)
     (tmp_path / "copy.pt").write_bytes(b"retrained")
     assert settings(str(tmp_path / "copy.pt")) != base
+
+
+def test_a_shortlist_is_keyed_by_its_content_not_its_path(tmp_path):
+    """A shortlist built again at the same path is another input: the cache must not answer with the
+    translations made over the old one; the same shortlist elsewhere is the same input."""
+    (tmp_path / "a.pt").write_bytes(b"weights")
+    (tmp_path / "train.en").write_text("a\nb\n")
+    shortlist, elsewhere = tmp_path / "shortlist.json", tmp_path / "copy" / "shortlist.json"
+    shortlist.write_text('{"candidates": "old"}')
+    elsewhere.parent.mkdir()
+    shutil.copy(shortlist, elsewhere)
+
+    def key(path):
+        decoding = DecodingConfig(shortlist=str(path))
+        return hash_key(
+            cache_settings(
+                DistillConfig(teacher=str(tmp_path / "a.pt")), decoding, tmp_path / "train.en", "en", "de"
+            )
+        )
+
+    old = key(shortlist)
+    assert key(elsewhere) == old
+    shortlist.write_text('{"candidates": "rebuilt"}')
+    assert key(shortlist) != old
+
+
+def test_the_corpus_folder_is_named_by_the_content_of_what_is_copied_into_it(tmp_path):
+    """Valid, test and (with keep_original) the training references are copied beside the translations:
+    edited references get another folder, never the old copies."""
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            (tmp_path / f"{split}.{lang}").write_text(f"{split} {lang}\n")
+    plain, kept = corpus_name("k", tmp_path, "en", "de", False), corpus_name("k", tmp_path, "en", "de", True)
+    assert kept.endswith("-with-original") and plain != kept.removesuffix("-with-original")
+    assert corpus_name("other", tmp_path, "en", "de", False) != plain
+    (tmp_path / "train.de").write_text("edited\n")
+    assert corpus_name("k", tmp_path, "en", "de", False) == plain  # not copied without keep_original
+    assert corpus_name("k", tmp_path, "en", "de", True) != kept
+    (tmp_path / "valid.de").write_text("edited\n")
+    assert corpus_name("k", tmp_path, "en", "de", False) != plain
 
 
 def test_the_student_preset_is_the_main_job_on_the_distilled_folder(compose_cfg):

@@ -99,7 +99,9 @@ def test_a_search_over_a_shortlist_writes_its_own_files(tmp_path, compose_train_
     data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
     checkpoint = save_model(cfg, data, tmp_path / "model.pt", seed=0)
     tok = data.tokenizer
-    shortlist = build_shortlist(tok.encode_src(EN), tok.encode_tgt(DE), tok, k=2, frequent=1)
+    shortlist = build_shortlist(
+        tok.encode_src(EN), tok.encode_tgt(DE), tok, k=2, frequent=1, direction=("en", "de")
+    )
     shortlist.save(tmp_path / "shortlist.k2.n1.json")
     full, listed = (
         evaluate_checkpoint(

@@ -6,6 +6,7 @@ Decoding agreement on a trained model: tests/system/test_ct2_decoding.py."""
 from __future__ import annotations
 
 import io
+import json
 import math
 import random
 import subprocess
@@ -40,8 +41,10 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 from nmt.backends import load_backend  # noqa: E402
 from nmt.ct2.backend import CT2Backend, ct2_length_penalty, thread_layout  # noqa: E402
 from nmt.ct2.export import check_exportable, export_checkpoint, export_model  # noqa: E402
+from nmt.translator import Translator  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+EN_DE = ("en", "de")
 TINY = TransformerConfig(
     d_model=32, ff_dim=64, heads=4, encoder_layers=2, decoder_layers=2, max_positions=48, dropout=0.0
 )
@@ -136,7 +139,7 @@ def test_exported_model_scores_like_pytorch(spm_models, tmp_path, norm_first, po
     # Long enough to use positions far from 0 (the tables must line up everywhere).
     sources.append(tokenizer.encode_src([" ".join(text[20:26])])[0][: TINY.max_positions - 1])
     targets.append(tokenizer.encode_tgt([" ".join(text[30:36])])[0][: TINY.max_positions - 1])
-    got = backend.score_ids(sources, targets, max_tokens=1000)
+    got = backend.score_ids(sources, targets, max_tokens=1000, shortlist=None)
     for src, tgt, ct2_scores in zip(sources, targets, got):
         assert ct2_scores == pytest.approx(torch_log_probs(model, src, tgt), abs=2e-4)
 
@@ -168,7 +171,7 @@ def test_quantized_export_leaves_the_model_alone(spm_models, tmp_path):
     )
     for quantization in ("int8", "float16"):
         backend = CT2Backend(export_model(model, tokenizer, tmp_path / quantization, quantization), tokenizer)
-        scores = backend.score_ids(sources, targets, max_tokens=1000)
+        scores = backend.score_ids(sources, targets, max_tokens=1000, shortlist=None)
         assert [len(s) for s in scores] == [len(t) + 1 for t in targets]
         assert all(math.isfinite(x) and x <= 0 for s in scores for x in s)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -224,7 +227,7 @@ def test_sentences_whose_search_kept_pad_or_bos_are_searched_again_without_them(
     assert held and set(again) >= held  # those CTranslate2 alone fills with PAD or BOS are among them
     for source, hyps in zip(sources, theirs):
         assert all(PAD_ID not in h.tokens and BOS_ID not in h.tokens for h in hyps)
-        model_scores = backend.score_ids([source] * len(hyps), [h.tokens for h in hyps], 1000)
+        model_scores = backend.score_ids([source] * len(hyps), [h.tokens for h in hyps], 1000, None)
         for h, token_scores in zip(hyps, model_scores):
             assert h.log_prob == pytest.approx(sum(token_scores), abs=1e-4)
 
@@ -350,17 +353,20 @@ def test_thread_layout_fills_the_cores_with_one_thread_translations_unless_told(
 
 def test_the_thread_layout_reaches_ctranslate2_from_load_backend(spm_models, tmp_path):
     tokenizer = spm_models["joint"]
-    model_dir = export_model(random_model(TINY, tokenizer), tokenizer, tmp_path / "m")
+    model = random_model(TINY, tokenizer)
+    model_dir = export_model(model, tokenizer, tmp_path / "m")
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
-        backend = load_backend("ct2", str(model_dir), None, tokenizer, torch.device("cpu"), 48, (2, 1))
+        backend = load_backend(
+            "ct2", str(model_dir), model, tokenizer, torch.device("cpu"), 48, EN_DE, (2, 1)
+        )
         assert torch.get_num_threads() == 3  # CTranslate2 (intra_threads 1) leaves torch's threads alone
     finally:
         torch.set_num_threads(threads)
     assert (backend.translator.num_translators, backend.intra_threads) == (2, 1)
     with pytest.raises(NMTError, match="ct2_inter_threads=-1, ct2_intra_threads=0: must be >= 0"):
-        load_backend("ct2", str(model_dir), None, tokenizer, torch.device("cpu"), 48, (-1, 0))
+        load_backend("ct2", str(model_dir), model, tokenizer, torch.device("cpu"), 48, EN_DE, (-1, 0))
 
 
 def test_backend_refuses_a_model_exported_with_another_tokenizer(spm_models, tmp_path):
@@ -470,3 +476,63 @@ def test_backend_against_ctranslate2_directly_side_by_side(spm_models, tmp_path)
     assert len(table) == 5 and table[2].startswith("1x1") and "fastest layout" in table[-1]
     with pytest.raises(NMTError, match=r"layouts: '2-1' is not INTERxINTRA"):
         parse_layout("2-1")
+
+
+# ------------------------------------------------------------------------- which model, which input
+
+
+def test_backend_ct2_refuses_an_export_of_another_checkpoint_of_the_same_tokenizer(spm_models, tmp_path):
+    """The export records the digest of the weights it holds: another checkpoint's export is refused
+    in one line (/info and reports would name one model while another translates), the same weights
+    saved again with other settings are accepted, and an export that records none is refused."""
+    tokenizer = spm_models["joint"]
+    first, second, again = tmp_path / "first.pt", tmp_path / "second.pt", tmp_path / "again.pt"
+    weights = random_model(TINY, tokenizer, seed=0).state_dict()
+    atomic_save(checkpoint(TINY, tokenizer.state_dict(), weights), first)
+    atomic_save(
+        checkpoint(TINY, tokenizer.state_dict(), random_model(TINY, tokenizer, seed=1).state_dict()), second
+    )
+    resaved = checkpoint(TINY, tokenizer.state_dict(), weights)
+    atomic_save({**resaved, "progress": {"step": 8}}, again)
+    model_dir = export_checkpoint(ExportCT2Config(checkpoint=str(first), output=str(tmp_path / "ct2")))
+    cpu = torch.device("cpu")
+    for accepted in (first, again):
+        assert Translator.from_checkpoint(str(accepted), cpu, "ct2", str(model_dir)).backend.name == "ct2"
+    with pytest.raises(NMTError) as e:
+        Translator.from_checkpoint(str(second), cpu, "ct2", str(model_dir))
+    assert str(e.value) == (
+        f"ct2_model={model_dir} was exported from another model (checkpoint {first}, step 7) than the "
+        "checkpoint's; export this checkpoint again (scripts/export_ct2.py)"
+    )
+    meta = model_dir / "nmt_export.json"
+    info = json.loads(meta.read_text())
+    meta.write_text(json.dumps({key: value for key, value in info.items() if key != "weights_sha256"}))
+    with pytest.raises(NMTError, match=r"records no model it was exported from \(an older export\)"):
+        Translator.from_checkpoint(str(first), cpu, "ct2", str(model_dir))
+
+
+def test_an_empty_source_with_a_prefix_is_continued_as_backend_torch_continues_it(spm_models, tmp_path):
+    """CTranslate2 skips an empty input (even one of EOS alone) and returned the bare prefix as the only
+    hypothesis; both backends continue the prefix, with as many hypotheses."""
+    tokenizer = spm_models["joint"]
+    model = random_model(TINY, tokenizer)
+    backend = load_backend(
+        "ct2",
+        str(export_model(model, tokenizer, tmp_path / "m")),
+        model,
+        tokenizer,
+        torch.device("cpu"),
+        48,
+        EN_DE,
+    )
+    prefix = tokenizer.encode_tgt(spm_models["text"][:1])[0][:3]
+    sources = [[], tokenizer.encode_src(spm_models["text"][1:2])[0], []]
+    prefixes = [prefix, prefix, []]
+    cfg = DecodingConfig(beam_size=3, nbest=3, max_len_a=1.0, max_len_b=5)
+    ours = translate_ids(model, sources, cfg, "cpu", TINY.max_positions, prefixes=prefixes)
+    theirs = backend.translate_ids(sources, cfg, prefixes=prefixes)
+    assert [len(h) for h in theirs] == [len(h) for h in ours] == [3, 3, 1]
+    assert all(len(h.tokens) > len(prefix) and h.tokens[:3] == prefix for h in theirs[0])
+    for mine, other in zip(ours[:2], theirs[:2]):
+        assert [h.tokens for h in other] == [h.tokens for h in mine]
+        assert [h.score for h in other] == pytest.approx([h.score for h in mine], abs=1e-3)

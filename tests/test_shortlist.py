@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import tiny_transformer
 
 from nmt.checkpoint import FORMAT_VERSION, atomic_save
@@ -37,6 +38,7 @@ from nmt.tokenizer import Tokenizer, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 SPECIALS = [PAD_ID, UNK_ID, BOS_ID, EOS_ID]
+TOY = ("src", "tgt")  # the toy task's direction
 
 
 def toy_tokenizer(folder: Path, vocab_size: int) -> Tokenizer:
@@ -63,20 +65,26 @@ TARGETS = [[20, 21, 22, 30, 30], [20, 21, 23, 30, 30], [20, 21, 22, 23, 30, 30],
 
 
 def test_each_source_keeps_its_k_likeliest_targets_beyond_the_frequent_ones(tokenizer):
-    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=4, frequent=1)
+    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=4, frequent=1, direction=TOY)
     assert shortlist.always == [*SPECIALS, 30]
     assert shortlist.candidates[10] == [20, 21, 22, 23]  # p = 1, 3/4, 1/2, 1/2; 24 (1/4) is the fifth
     assert shortlist.candidates[11] == [20, 24]  # every target of its pair but the frequent one
     assert shortlist.candidates[12] == [20, 21, 22]
-    assert build_shortlist(SOURCES, TARGETS, tokenizer, k=2, frequent=1).candidates[10] == [20, 21]
+    assert build_shortlist(SOURCES, TARGETS, tokenizer, k=2, frequent=1, direction=TOY).candidates[10] == [
+        20,
+        21,
+    ]
     assert shortlist.candidates[13] == [] and len(shortlist.candidates) == tokenizer.src_vocab_size
     assert shortlist.pairs == 4 and shortlist.tokenizer_fingerprint == tokenizer.fingerprint
     # Without frequent targets, 30 competes like any other: p = 1 as 20's, after it by id.
-    assert build_shortlist(SOURCES, TARGETS, tokenizer, k=2, frequent=0).candidates[10] == [20, 30]
+    assert build_shortlist(SOURCES, TARGETS, tokenizer, k=2, frequent=0, direction=TOY).candidates[10] == [
+        20,
+        30,
+    ]
 
 
 def test_the_frequent_targets_and_the_specials_are_candidates_of_every_batch(tokenizer):
-    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=1, frequent=3)
+    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=1, frequent=3, direction=TOY)
     # 30 (8 times), 20 and 21 (4 and 3 times); the specials, though never counted, are in.
     assert shortlist.always == [*SPECIALS, 20, 21, 30]
     assert shortlist.select([]) == shortlist.always
@@ -96,48 +104,69 @@ def test_counting_in_blocks_counts_each_pair_of_sentences_once(tokenizer):
 
 
 def test_coverage_is_the_share_of_reference_subwords_among_the_candidates(tokenizer):
-    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=1, frequent=1)  # 10 -> 20, 11 -> 20, ...
+    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=1, frequent=1, direction=TOY)  # 10 -> 20, ...
     result = coverage(shortlist, [[10], [12]], [[20, 21, 30], [99]])
     assert result.sentences == 2 and result.covered == 2 / 4
     assert result.mean_candidates == len(shortlist.select([[10]]))  # both sentences get 20 and 30
 
 
-def test_the_file_is_versioned_and_tied_to_its_tokenizer(tokenizer, tmp_path):
-    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=3, frequent=2)
+def test_the_file_is_versioned_and_tied_to_its_tokenizer_and_direction(tokenizer, tmp_path):
+    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=3, frequent=2, direction=("en", "de"))
     path = tmp_path / shortlist.filename()
     assert path.name == "shortlist.k3.n2.json"
     shortlist.save(path)
-    assert load_shortlist(path, tokenizer) == shortlist
+    assert load_shortlist(path, tokenizer, ("en", "de")) == shortlist
 
     stored = json.loads(path.read_text())
     assert (stored["format"], stored["version"], stored["k"], stored["frequent"]) == (
         "nmt-shortlist",
-        1,
+        2,
         3,
         2,
     )
+    assert (stored["src_lang"], stored["tgt_lang"]) == ("en", "de")
+    # a joint tokenizer serves both directions: the shortlist of one is refused by a model of the other
+    with pytest.raises(NMTError) as e:
+        load_shortlist(path, tokenizer, ("de", "en"))
+    assert str(e.value) == (
+        f"{path} was built for en->de, the model translates de->en; build one for this model with "
+        "scripts/build_shortlist.py"
+    )
+    # a file written before the direction was recorded cannot be checked: refused, to be built again
+    old = {key: value for key, value in stored.items() if key not in ("src_lang", "tgt_lang", "built_from")}
+    path.write_text(json.dumps({**old, "version": 1}))
+    with pytest.raises(NMTError) as e:
+        load_shortlist(path, tokenizer, ("en", "de"))
+    assert str(e.value) == (
+        f"{path}: shortlist format version 1, which records no direction, this nmt reads version 2; "
+        "build it again with scripts/build_shortlist.py"
+    )
+    path.write_text(json.dumps({key: value for key, value in stored.items() if key != "tgt_lang"}))
+    with pytest.raises(NMTError, match=r"not a shortlist \(no 'tgt_lang'\); build it again"):
+        load_shortlist(path, tokenizer, ("en", "de"))
+    path.write_text(json.dumps(stored))
     other = toy_tokenizer(tmp_path / "other", 100)
     with pytest.raises(NMTError, match=r"built for another tokenizer \(fingerprint \w+\) than the model's"):
-        load_shortlist(path, other)
+        load_shortlist(path, other, ("en", "de"))
     with pytest.raises(NMTError, match="another tokenizer"):
         write_vmap(shortlist, other, tmp_path / "vmap.txt")
 
-    path.write_text(json.dumps({**stored, "version": 2}))
+    path.write_text(json.dumps({**stored, "version": 3}))
     with pytest.raises(
-        NMTError, match="shortlist format version 2, this nmt reads version 1; build it again"
+        NMTError, match="shortlist format version 3, this nmt reads version 2; build it again"
     ):
-        load_shortlist(path, tokenizer)
+        load_shortlist(path, tokenizer, TOY)
     path.write_text("{not json")
     with pytest.raises(NMTError, match="not a shortlist"):
-        load_shortlist(path, tokenizer)
+        load_shortlist(path, tokenizer, TOY)
     with pytest.raises(NMTError, match="shortlist not found"):
-        load_shortlist(tmp_path / "missing.json", tokenizer)
+        load_shortlist(tmp_path / "missing.json", tokenizer, TOY)
     with pytest.raises(NMTError, match="k=-1, frequent=2: must be >= 0"):
-        build_shortlist(SOURCES, TARGETS, tokenizer, k=-1, frequent=2)
+        build_shortlist(SOURCES, TARGETS, tokenizer, k=-1, frequent=2, direction=TOY)
 
 
 def test_the_vmap_lists_the_always_candidates_then_each_source_subwords(tokenizer, tmp_path):
-    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=2, frequent=1)
+    shortlist = build_shortlist(SOURCES, TARGETS, tokenizer, k=2, frequent=1, direction=TOY)
     write_vmap(shortlist, tokenizer, tmp_path / "vmap.txt")
     lines = (tmp_path / "vmap.txt").read_text(encoding="utf-8").splitlines()
     src, tgt = tokenizer.src_pieces, tokenizer.tgt_pieces
@@ -153,6 +182,7 @@ def test_the_vmap_lists_the_always_candidates_then_each_source_subwords(tokenize
 
 def test_an_export_with_a_shortlist_decodes_within_its_vmap_and_only_for_that_shortlist(tokenizer, tmp_path):
     pytest.importorskip("ctranslate2")
+    from nmt.backends import TorchBackend
     from nmt.config import DecodingConfig
     from nmt.ct2.backend import CT2Backend
     from nmt.ct2.export import export_model
@@ -161,10 +191,10 @@ def test_an_export_with_a_shortlist_decodes_within_its_vmap_and_only_for_that_sh
     text = prepare_text(ToyDataConfig(cache_dir=str(tmp_path), train_size=300))
     sources = tokenizer.encode_src(read_text(text, "train", "src"))
     targets = tokenizer.encode_tgt(read_text(text, "train", "tgt"))
-    shortlist = build_shortlist(sources, targets, tokenizer, k=2, frequent=3)
+    shortlist = build_shortlist(sources, targets, tokenizer, k=2, frequent=3, direction=TOY)
     shortlist.save(tmp_path / "s.json")
     model = tiny_transformer(tokenizer.src_vocab_size, seed=0, max_positions=48)
-    mapped = export_model(model, tokenizer, tmp_path / "mapped", shortlist=tmp_path / "s.json")
+    mapped = export_model(model, tokenizer, tmp_path / "mapped", shortlist=tmp_path / "s.json", direction=TOY)
     plain = export_model(model, tokenizer, tmp_path / "plain")
 
     write_vmap(shortlist, tokenizer, tmp_path / "vmap.txt")
@@ -175,15 +205,16 @@ def test_an_export_with_a_shortlist_decodes_within_its_vmap_and_only_for_that_sh
 
     batch = sources[:3]  # few: their candidates are a small set
     search = DecodingConfig(beam_size=2, alpha=0.0, max_len_a=0.0, max_len_b=12)
+    reference = TorchBackend(model, tokenizer, torch.device("cpu"), 48, TOY)  # for the hypotheses it cut
     free = CT2Backend(mapped, tokenizer, intra_threads=1).translate_ids(batch, search)
-    within = CT2Backend(mapped, tokenizer, intra_threads=1).translate_ids(
+    within = CT2Backend(mapped, tokenizer, intra_threads=1, reference=reference).translate_ids(
         batch, DecodingConfig(**{**search.__dict__, "shortlist": str(tmp_path / "s.json")})
     )
     allowed = set(shortlist.select(batch))  # CTranslate2 decodes a call over its sentences' union
     assert all(set(hyps[0].tokens) <= allowed for hyps in within)
     assert any(not set(hyps[0].tokens) <= allowed for hyps in free)  # the random model strays without it
 
-    other = build_shortlist(sources, targets, tokenizer, k=3, frequent=3)
+    other = build_shortlist(sources, targets, tokenizer, k=3, frequent=3, direction=TOY)
     other.save(tmp_path / "other.json")
     with pytest.raises(
         NMTError,
@@ -212,13 +243,18 @@ def test_a_checkpoints_shortlist_is_built_from_its_training_data_and_saved_besid
     write_checkpoint(tokenizer, tmp_path / "data", tmp_path / "run" / "model.pt")
     cfg = ShortlistConfig(checkpoint=str(tmp_path / "run" / "model.pt"), k=5, frequent=10)
     shortlist, path, valid = shortlist_for_checkpoint(cfg, progress=False)
-    assert path == tmp_path / "run" / "shortlist.k5.n10.json" and load_shortlist(path, tokenizer) == shortlist
+    assert (
+        path == tmp_path / "run" / "shortlist.k5.n10.json"
+        and load_shortlist(path, tokenizer, TOY) == shortlist
+    )
     text = tmp_path / "data" / "toy"
     assert shortlist.pairs == 300 and valid.sentences == 50 and 0.9 < valid.covered <= 1.0
     (text_dir,) = text.glob("text-*")
     src = tokenizer.encode_src(read_text(text_dir, "train", "src"))
     tgt = tokenizer.encode_tgt(read_text(text_dir, "train", "tgt"))
-    assert shortlist == build_shortlist(src, tgt, tokenizer, 5, 10)
+    assert shortlist.candidates == build_shortlist(src, tgt, tokenizer, 5, 10, direction=TOY).candidates
+    assert (shortlist.src_lang, shortlist.tgt_lang) == TOY
+    assert shortlist.built_from == {"checkpoint": str(tmp_path / "run" / "model.pt"), "data": "toy"}
 
 
 def test_the_script_writes_the_shortlist_the_export_takes_it_and_both_refuse_in_one_line(tokenizer, tmp_path):
@@ -236,7 +272,7 @@ def test_the_script_writes_the_shortlist_the_export_takes_it_and_both_refuse_in_
     done = script("k=3", "frequent=4")
     assert done.returncode == 0, done.stderr
     assert f"-> {tmp_path / 'shortlist.k3.n4.json'}" in done.stdout and "valid: " in done.stdout
-    shortlist = load_shortlist(tmp_path / "shortlist.k3.n4.json", tokenizer)
+    shortlist = load_shortlist(tmp_path / "shortlist.k3.n4.json", tokenizer, TOY)
     if importlib.util.find_spec("ctranslate2"):
         export = ["output=ct2", "shortlist=shortlist.k3.n4.json"]
         exported = script(*export, name="export_ct2.py")

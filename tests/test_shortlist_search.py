@@ -5,6 +5,9 @@ once."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -14,20 +17,22 @@ from helpers import copy_sentences, tiny_rnnsearch, tiny_transformer, train_to_c
 from test_translator import DE, EN, write_checkpoint
 
 from nmt import backends
-from nmt.config import DecodingConfig, DecodingOverrides, check_decoding
-from nmt.decoding import pad_batch, translate_ids
+from nmt.config import DecodingConfig, DecodingOverrides, ExportCT2Config, ToyDataConfig, check_decoding
+from nmt.decoding import pad_batch, score_ids, translate_ids
 from nmt.decoding.common import BatchVocab
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
 from nmt.models.base import OutputVocab
 from nmt.models.ensemble import Ensemble
 from nmt.serve.requests import TranslateRequest
+from nmt.serve.work import ScoreSettings, translate_batch
 from nmt.shortlist import SPECIALS, Shortlist, build_shortlist
 from nmt.special import BOS_ID, EOS_ID, PAD_ID
 from nmt.translator import Translator
 
 VOCAB = 24
 POSITIONS = 32
+COPY = ("src", "tgt")  # the direction the copy task's shortlists are built for
 SEARCHES = {
     "greedy": DecodingConfig(beam_size=1, alpha=0.0),
     "beam 4": DecodingConfig(beam_size=4, nbest=4, alpha=0.6),
@@ -60,13 +65,13 @@ def vocabulary(size: int) -> SimpleNamespace:
 
 
 def whole_vocabulary() -> Shortlist:
-    return Shortlist(0, VOCAB, "test", VOCAB, list(range(VOCAB)), [[] for _ in range(VOCAB)], 0)
+    return Shortlist(0, VOCAB, "test", VOCAB, list(range(VOCAB)), [[] for _ in range(VOCAB)], 0, *COPY, {})
 
 
 def narrow() -> Shortlist:
     """Two or three candidates per source id, few shared between sentences (no frequent ones)."""
     candidates = [[] if s in SPECIALS else sorted({s, 4 + (s * 7) % (VOCAB - 4)}) for s in range(VOCAB)]
-    return Shortlist(2, 0, "test", VOCAB, list(SPECIALS), candidates, 0)
+    return Shortlist(2, 0, "test", VOCAB, list(SPECIALS), candidates, 0, *COPY, {})
 
 
 def own_candidates(shortlist: Shortlist, source: list[int], prefix: list[int] = ()) -> set[int]:
@@ -92,7 +97,7 @@ def copier() -> Seq2Seq:
 def copy_shortlist() -> Shortlist:
     """Built from copy pairs like any shortlist: each source id's likeliest target is itself."""
     pairs = copy_sentences(2000, VOCAB, seed=77)
-    return build_shortlist(pairs, pairs, vocabulary(VOCAB), k=1, frequent=0)
+    return build_shortlist(pairs, pairs, vocabulary(VOCAB), k=1, frequent=0, direction=COPY)
 
 
 # ---------------------------------------------------------------------------------- the same search
@@ -230,7 +235,7 @@ def test_log_probabilities_are_normalised_over_the_sentences_own_candidates(sour
 
 # ---------------------------------------------------------------------------------------- checks
 def test_a_shortlist_for_other_vocabularies_is_refused(sources):
-    other = Shortlist(0, 0, "test", VOCAB + 1, list(SPECIALS), [[] for _ in range(VOCAB)], 0)
+    other = Shortlist(0, 0, "test", VOCAB + 1, list(SPECIALS), [[] for _ in range(VOCAB)], 0, *COPY, {})
     with pytest.raises(NMTError, match=r"vocabularies of 24/25 source/target subwords, the model has 24/24"):
         translate_ids(untrained("transformer"), sources, SEARCHES["greedy"], "cpu", 32, shortlist=other)
 
@@ -248,7 +253,7 @@ def test_the_translator_reads_the_shortlist_once_and_decodes_over_it(tmp_path, m
     translator = Translator.from_checkpoint(str(checkpoint), torch.device("cpu"))
     tokenizer = translator.tokenizer
     pairs = tokenizer.encode_src(EN), tokenizer.encode_tgt(DE)
-    shortlist = build_shortlist(*pairs, tokenizer, k=2, frequent=1)
+    shortlist = build_shortlist(*pairs, tokenizer, k=2, frequent=1, direction=("src", "tgt"))
     path = tmp_path / shortlist.filename()
     shortlist.save(path)
     reads = []
@@ -276,3 +281,80 @@ def test_the_translator_asks_its_backend_to_check_the_shortlist_before_decoding(
     assert translator.decoding_with(DecodingOverrides()).shortlist is None
     translator.decoding_with(DecodingOverrides(shortlist="s.json"))
     assert checked == [None, "s.json"]
+
+
+def test_a_shortlist_of_the_other_direction_is_refused_in_one_line(tmp_path):
+    """A joint tokenizer serves en->de and de->en: the tokenizer check lets the other direction's
+    shortlist pass, the direction it records does not (the search, and an export's vocabulary map)."""
+    en_de = write_checkpoint(
+        tmp_path / "en-de.pt", tmp_path, "bpe", 1, ToyDataConfig(src_lang="en", tgt_lang="de")
+    )
+    de_en = write_checkpoint(
+        tmp_path / "de-en.pt", tmp_path, "bpe", 2, ToyDataConfig(src_lang="de", tgt_lang="en")
+    )
+    forward = Translator.from_checkpoint(str(en_de), torch.device("cpu"))
+    tokenizer = forward.tokenizer
+    shortlist = build_shortlist(
+        tokenizer.encode_src(EN), tokenizer.encode_tgt(DE), tokenizer, 2, 1, ("en", "de")
+    )
+    path = tmp_path / shortlist.filename()
+    shortlist.save(path)
+    assert forward.decoding_with(DecodingOverrides(shortlist=str(path))).shortlist == str(path)
+
+    backward = Translator.from_checkpoint(str(de_en), torch.device("cpu"))
+    assert backward.tokenizer.fingerprint == tokenizer.fingerprint
+    refusal = f"{path} was built for en->de, the model translates de->en; build one for this model with "
+    with pytest.raises(NMTError) as e:
+        backward.decoding_with(DecodingOverrides(shortlist=str(path)))
+    assert str(e.value) == refusal + "scripts/build_shortlist.py"
+    if importlib.util.find_spec("ctranslate2"):
+        from nmt.ct2.export import export_checkpoint
+
+        cfg = ExportCT2Config(checkpoint=str(de_en), output=str(tmp_path / "ct2"), shortlist=str(path))
+        with pytest.raises(NMTError, match=re.escape(refusal)):
+            export_checkpoint(cfg)
+        assert not (tmp_path / "ct2").exists()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_scoring_over_a_shortlist_normalises_as_the_search_does(name, sources):
+    """A search's hypotheses scored again over the shortlist get the log-probabilities the search gave
+    them (over the whole vocabulary they get others); a target with subwords outside the candidates
+    gets what a search forced through it as a prefix gives."""
+    model, shortlist, cfg = untrained(name), narrow(), SEARCHES["beam 4"]
+    found = translate_ids(model, sources, cfg, "cpu", POSITIONS, shortlist=shortlist)
+    pairs = [(source, h) for source, hyps in zip(sources, found) for h in hyps]
+    srcs, tgts = [s for s, _ in pairs], [h.tokens for _, h in pairs]
+    scored = score_ids(model, srcs, tgts, "cpu", POSITIONS, 8000, shortlist)
+    assert [s.log_prob for s in scored] == pytest.approx([h.log_prob for _, h in pairs], abs=1e-4)
+    whole = score_ids(model, srcs, tgts, "cpu", POSITIONS, 8000)
+    assert max(abs(a.log_prob - b.log_prob) for a, b in zip(whole, scored)) > 0.1
+
+    source = sources[0]
+    strangers = [t for t in range(4, VOCAB) if t not in shortlist.select([source])][:3]
+    greedy = replace(SEARCHES["greedy"], max_len_b=8)
+    (forced,) = translate_ids(model, [source], greedy, "cpu", POSITIONS, [strangers], shortlist=shortlist)
+    assert forced[0].tokens[:3] == strangers
+    (again,) = score_ids(model, [source], [forced[0].tokens], "cpu", POSITIONS, 8000, shortlist)
+    assert again.log_prob == pytest.approx(forced[0].log_prob, abs=1e-4)
+
+
+def test_the_translator_scores_over_the_shortlist_its_settings_name(tmp_path):
+    """What scripts/score.py and the service's /score call: with decoding.shortlist, a translation's
+    score is the one its search gave it, so an edited translation compares with the search's best."""
+    checkpoint = write_checkpoint(tmp_path / "model.pt", tmp_path, "bpe", seed=1)
+    translator = Translator.from_checkpoint(str(checkpoint), torch.device("cpu"))
+    tokenizer = translator.tokenizer
+    shortlist = build_shortlist(tokenizer.encode_src(EN), tokenizer.encode_tgt(DE), tokenizer, 2, 1, COPY)
+    shortlist.save(tmp_path / "s.json")
+    decoding = translator.decoding_with(DecodingOverrides(shortlist=str(tmp_path / "s.json"), nbest=2))
+    ids = translator.encode(EN[:4])
+    pairs = [(source, h) for source, hyps in zip(ids, translator.search(ids, decoding)) for h in hyps]
+    scored = translator.score_ids([s for s, _ in pairs], [h.tokens for _, h in pairs], decoding)
+    assert [s.log_prob for s in scored] == pytest.approx([h.log_prob for _, h in pairs], abs=1e-4)
+    assert [s.score for s in scored] == pytest.approx([h.score for _, h in pairs], abs=1e-4)
+    # the service's /score, with the server's settings (its shortlist among them): the same numbers
+    item = ([s for s, _ in pairs], ScoreSettings(decoding, [h.tokens for _, h in pairs]))
+    (answer,) = translate_batch(translator, 2**20, [item])
+    served = json.loads(answer.translations)
+    assert [s["log_prob"] for s in served] == pytest.approx([h.log_prob for _, h in pairs], abs=1e-4)

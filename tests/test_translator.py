@@ -175,11 +175,11 @@ def test_the_service_answers_through_the_translator_whatever_the_backend(transla
 
 def test_load_backend_checks_its_settings(translator):
     model, tokenizer = translator.model, translator.tokenizer
-    assert isinstance(load_backend("torch", None, model, tokenizer, CPU, 32), TorchBackend)
+    assert isinstance(load_backend("torch", None, model, tokenizer, CPU, 32, ("src", "tgt")), TorchBackend)
     with pytest.raises(NMTError, match="backend='onnx'"):
-        load_backend("onnx", None, model, tokenizer, CPU, 32)
+        load_backend("onnx", None, model, tokenizer, CPU, 32, ("src", "tgt"))
     with pytest.raises(NMTError, match="needs ct2_model=DIR"):
-        load_backend("ct2", None, model, tokenizer, CPU, 32)
+        load_backend("ct2", None, model, tokenizer, CPU, 32, ("src", "tgt"))
 
 
 def test_workers_decode_in_processes_what_one_process_decodes(checkpoint, translator, tmp_path):
@@ -190,7 +190,7 @@ def test_workers_decode_in_processes_what_one_process_decodes(checkpoint, transl
     lines = [EN[i % len(EN)] + " and" * (i % 5) for i in range(40)] + [""]
     tokenizer = translator.tokenizer
     pairs = tokenizer.encode_src(EN), tokenizer.encode_tgt(DE)
-    shortlist = build_shortlist(*pairs, tokenizer, k=3, frequent=2)
+    shortlist = build_shortlist(*pairs, tokenizer, k=3, frequent=2, direction=("src", "tgt"))
     shortlist.save(tmp_path / shortlist.filename())
     parallel = Translator.from_checkpoint(str(checkpoint), CPU, workers=2)
     assert isinstance(parallel.backend, ProcessesBackend) and parallel.has_attention

@@ -14,6 +14,7 @@ from typing import Protocol
 import torch
 
 from nmt.attention_maps import CrossAttention, cross_attention
+from nmt.checkpoint import weights_digest
 from nmt.config import DecodingConfig
 from nmt.ct2.backend import CT2Backend
 from nmt.decoding import Hypothesis, score_ids, translate_ids
@@ -46,10 +47,16 @@ class Backend(Protocol):
         ...
 
     def score_ids(
-        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int
+        self,
+        sources: Sequence[Sequence[int]],
+        targets: Sequence[Sequence[int]],
+        max_tokens: int,
+        shortlist: str | None,
     ) -> list[list[float]]:
         """Teacher-forced log-probabilities of each target token and of the EOS that follows, in batches
-        of up to ``max_tokens`` tokens."""
+        of up to ``max_tokens`` tokens, normalised as the search normalises: over the whole vocabulary,
+        or with ``shortlist`` (``decoding.shortlist``) over each sentence's candidates and the target's
+        own tokens (:mod:`nmt.decoding.forced`)."""
         ...
 
 
@@ -59,16 +66,26 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, device: torch.device, max_positions: int):
+    def __init__(
+        self,
+        model: Seq2Seq,
+        tokenizer: Tokenizer,
+        device: torch.device,
+        max_positions: int,
+        direction: tuple[str, str],
+    ):
+        """``direction``: the model's (source, target) languages, which a shortlist must be built for."""
         self.model, self.tokenizer, self.device, self.max_positions = model, tokenizer, device, max_positions
+        self.direction = direction
         self.shortlists: dict[str, Shortlist] = {}  # by path: each file is read once
 
     def shortlist(self, path: str | None) -> Shortlist | None:
-        """The shortlist ``decoding.shortlist`` names (checked against the tokenizer), read once."""
+        """The shortlist ``decoding.shortlist`` names (checked against the tokenizer and the direction),
+        read once."""
         if path is None:
             return None
         if path not in self.shortlists:
-            self.shortlists[path] = load_shortlist(Path(path), self.tokenizer)
+            self.shortlists[path] = load_shortlist(Path(path), self.tokenizer, self.direction)
         return self.shortlists[path]
 
     def check_shortlist(self, path: str | None) -> None:
@@ -94,9 +111,21 @@ class TorchBackend:
         )
 
     def score_ids(
-        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int
+        self,
+        sources: Sequence[Sequence[int]],
+        targets: Sequence[Sequence[int]],
+        max_tokens: int,
+        shortlist: str | None,
     ) -> list[list[float]]:
-        scores = score_ids(self.model, sources, targets, self.device, self.max_positions, max_tokens)
+        scores = score_ids(
+            self.model,
+            sources,
+            targets,
+            self.device,
+            self.max_positions,
+            max_tokens,
+            self.shortlist(shortlist),
+        )
         return [s.token_log_probs for s in scores]
 
     def attention(self, src_ids: list[int], hyp: list[int]) -> CrossAttention:
@@ -111,15 +140,19 @@ def load_backend(
     tokenizer: Tokenizer,
     device: torch.device,
     max_positions: int,
+    direction: tuple[str, str],
     ct2_threads: tuple[int, int] = (0, 0),
 ) -> Backend:
-    """The backend ``backend=name`` asks for: ``model`` searched by us, or CTranslate2 over ``ct2_model``
-    (the directory scripts/export_ct2.py wrote from the same checkpoint) with ``ct2_threads`` (inter,
-    intra; 0 = auto)."""
+    """The backend ``backend=name`` asks for: ``model`` (translating ``direction``) searched by us, or
+    CTranslate2 over ``ct2_model`` (the directory scripts/export_ct2.py wrote from the same model: its
+    weights are checked) with ``ct2_threads`` (inter, intra; 0 = auto)."""
     if name not in BACKENDS:
         raise NMTError(f"backend={name!r}: choose one of {', '.join(BACKENDS)}")
     if name == "torch":
-        return TorchBackend(model, tokenizer, device, max_positions)
+        return TorchBackend(model, tokenizer, device, max_positions, direction)
     if not ct2_model:
         raise NMTError("backend=ct2 needs ct2_model=DIR, a directory written by scripts/export_ct2.py")
-    return CT2Backend(ct2_model, tokenizer, device, *ct2_threads)
+    reference = TorchBackend(model, tokenizer, device, max_positions, direction)
+    return CT2Backend(
+        ct2_model, tokenizer, device, *ct2_threads, weights=weights_digest(model), reference=reference
+    )

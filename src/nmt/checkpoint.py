@@ -6,6 +6,7 @@ A checkpoint is a dict of tensors and plain Python values (see :func:`make_check
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import random
@@ -155,3 +156,15 @@ def prune_step_checkpoints(folder: Path, keep: int) -> None:
 
 def all_finite(model: torch.nn.Module) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """The SHA-256 of a model's weights (names, dtypes, shapes and values, in name order): what an
+    export records of the checkpoint it came from. The weights alone, so a checkpoint saved again with
+    other settings (``final.pt`` of ``scripts/select_final.py``) is still the same model."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        h.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}\n".encode())
+        h.update(flat.view(torch.uint8).numpy().data)
+    return h.hexdigest()

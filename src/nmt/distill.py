@@ -6,12 +6,13 @@ passes on what the ensemble knows to one model that decodes at the price of one.
 
 The teacher translates through the :class:`~nmt.translator.Translator` (either backend), and the work
 is cached under ``{data.cache_dir}/distilled/<key>/``, the key naming everything the translations
-depend on (the teachers' checkpoint contents, the decoding settings, the backend and its model, the
-source text)::
+depend on, every file by its content (the teachers' checkpoints, the decoding settings with the
+shortlist's content, the backend and its model, the source text)::
 
     meta.json                              what the key stands for
     translations/<start>-<stop>.<tgt>      the teacher's translations, one chunk of lines per file
-    distilled-<key>[-with-original]/       the corpus: {train,valid,test}.{src,tgt} for data=local
+    distilled-<name>[-with-original]/      the corpus: {train,valid,test}.{src,tgt} for data=local, named
+                                           by the key and the content of the files copied into it
 
 Each chunk is written atomically when it is done, so an interrupted run resumes at the first chunk
 missing, and a second run translates nothing. Valid and test are copied from the original corpus:
@@ -88,7 +89,12 @@ def distill(cfg: DistillConfig, progress: bool = True) -> DistilledCorpus:
     root.mkdir(parents=True, exist_ok=True)
     if not (root / "meta.json").is_file():
         paths = [str(Path(p).resolve()) for p in checkpoint_paths(cfg.teacher)]
-        meta = {**settings, "teacher_paths": paths, "ct2_model_path": cfg.ct2_model}
+        meta = {
+            **settings,
+            "teacher_paths": paths,
+            "ct2_model_path": cfg.ct2_model,
+            "shortlist_path": decoding.shortlist,
+        }
         atomic_write_text(root / "meta.json", json.dumps(meta, indent=2) + "\n")
 
     started = time.perf_counter()
@@ -97,8 +103,7 @@ def distill(cfg: DistillConfig, progress: bool = True) -> DistilledCorpus:
     )
     seconds = time.perf_counter() - started
 
-    name = f"distilled-{key}" + ("-with-original" if cfg.distill.keep_original else "")
-    folder = root / name
+    folder = root / corpus_name(key, text, src, tgt, cfg.distill.keep_original)
     train_src, train_tgt = sources, translations
     if cfg.distill.keep_original:
         train_src, train_tgt = sources + sources, translations + read_text(text, "train", tgt)
@@ -127,7 +132,11 @@ def cache_settings(cfg: DistillConfig, decoding: DecodingConfig, sources: Path, 
     settings = {
         "format": FORMAT_VERSION,
         "teachers": [file_digest(Path(p))["sha1"] for p in checkpoint_paths(cfg.teacher)],
-        "decoding": asdict(decoding),
+        # a file input by its content: a shortlist built again at the same path is another input
+        "decoding": {
+            **asdict(decoding),
+            "shortlist": decoding.shortlist and file_digest(Path(decoding.shortlist))["sha1"],
+        },
         "backend": cfg.backend,
         "sources": file_digest(sources)["sha1"],
         "direction": [src, tgt],
@@ -135,6 +144,17 @@ def cache_settings(cfg: DistillConfig, decoding: DecodingConfig, sources: Path, 
     if cfg.backend == "ct2":
         settings["ct2_model"] = file_digest(Path(cfg.ct2_model) / "model.bin")["sha1"]
     return settings
+
+
+def corpus_name(key: str, text: Path, src: str, tgt: str, keep_original: bool) -> str:
+    """The corpus folder's name: the translations' ``key`` and the content of the files copied into it
+    beside them (valid and test, and with ``keep_original`` the training references), so that edited
+    references get a new folder rather than the old one."""
+    copied = [(split, lang) for split in ("valid", "test") for lang in (src, tgt)]
+    copied += [("train", tgt)] if keep_original else []
+    digests = {f"{split}.{lang}": file_digest(text_path(text, split, lang))["sha1"] for split, lang in copied}
+    contents = hash_key({"translations": key, **digests})
+    return f"distilled-{contents}" + ("-with-original" if keep_original else "")
 
 
 def translate_in_chunks(

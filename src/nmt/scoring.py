@@ -7,6 +7,9 @@ Each line gets the log-probability of the translation's subwords and EOS, the se
 of it (``log P / ((5 + n) / 6) ** alpha + word_reward * n``, the score ``translate.py`` n-best lists
 and the service show, with the checkpoint's or the given ``decoding.alpha``/``decoding.word_reward``)
 and its length n in subwords (``tokens``, EOS included); ``per_token`` adds each subword's log-probability.
+With ``decoding.shortlist``, the log-probabilities are normalised as the search over that shortlist
+normalises them (over each sentence's candidates and the translation's own subwords), so that they
+compare with the search's.
 """
 
 from __future__ import annotations

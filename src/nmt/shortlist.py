@@ -10,8 +10,10 @@ subwords are candidates anyway, so the k places of a source subword go to other 
 The candidates of a batch are the union of its sentences' candidates (:meth:`Shortlist.select`): all
 four special ids are in, so their positions in the sorted candidate list are their ids, 0 to 3.
 
-Stored as JSON (``shortlist.k{k}.n{frequent}.json`` beside the checkpoint) with a format version and
-the tokenizer's fingerprint, both checked when loaded; :func:`write_vmap` writes the same shortlist
+Stored as JSON (``shortlist.k{k}.n{frequent}.json`` beside the checkpoint) with a format version, the
+tokenizer's fingerprint and the direction it was built for (the source and target languages: a joint
+tokenizer serves both directions, a shortlist only one), all checked when loaded, and what it was
+built from (the checkpoint and the corpus), for people to read; :func:`write_vmap` writes the same shortlist
 as a CTranslate2 vocabulary map (``vmap.txt``, CTranslate2's ``use_vmap``), which
 ``scripts/export_ct2.py shortlist=FILE`` puts into the exported model.
 """
@@ -36,7 +38,7 @@ from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.tokenizer import Tokenizer
 
 FORMAT = "nmt-shortlist"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the direction and what it was built from are recorded
 SPECIALS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
 
 
@@ -51,6 +53,9 @@ class Shortlist:
     always: list[int]  # the special ids and the ``frequent`` most frequent target subwords, ascending
     candidates: list[list[int]]  # per source id: up to k target ids not in ``always``, likeliest first
     pairs: int  # training pairs the statistics come from
+    src_lang: str  # the direction it was built for: candidates of tgt_lang subwords for src_lang subwords
+    tgt_lang: str
+    built_from: dict[str, str]  # what it was built from (checkpoint, corpus): shown, never checked
 
     def select(self, sources: Iterable[Sequence[int]]) -> list[int]:
         """The sorted union of the candidates of every token of ``sources`` and ``always``: the target
@@ -90,8 +95,11 @@ def build_shortlist(
     tokenizer: Tokenizer,
     k: int,
     frequent: int,
+    direction: tuple[str, str],
+    built_from: dict[str, str] | None = None,
 ) -> Shortlist:
-    """The shortlist of a parallel corpus encoded with ``tokenizer`` (ids without BOS/EOS)."""
+    """The shortlist of a parallel corpus encoded with ``tokenizer`` (ids without BOS/EOS), whose
+    sources are in ``direction[0]`` and targets in ``direction[1]``."""
     if k < 0 or frequent < 0:
         raise NMTError(f"k={k}, frequent={frequent}: must be >= 0")
     if len(sources) != len(targets):
@@ -113,7 +121,19 @@ def build_shortlist(
     starts = np.searchsorted(pair_s, np.arange(src_vocab))
     ends = np.searchsorted(pair_s, np.arange(src_vocab), side="right")
     candidates = [pair_t[a : min(b, a + k)].tolist() for a, b in zip(starts, ends)]
-    return Shortlist(k, frequent, tokenizer.fingerprint, tgt_vocab, always, candidates, len(sources))
+    src_lang, tgt_lang = direction
+    return Shortlist(
+        k,
+        frequent,
+        tokenizer.fingerprint,
+        tgt_vocab,
+        always,
+        candidates,
+        len(sources),
+        src_lang,
+        tgt_lang,
+        dict(built_from or {}),
+    )
 
 
 def _concat(seqs: Iterable[Sequence[int]]) -> np.ndarray:
@@ -140,8 +160,10 @@ def _cooccurrences(
     return keys // tgt_vocab, keys % tgt_vocab, counts
 
 
-def load_shortlist(path: Path, tokenizer: Tokenizer) -> Shortlist:
-    """Read a shortlist, refusing (in one line) another format, another version or another tokenizer."""
+def load_shortlist(path: Path, tokenizer: Tokenizer, direction: tuple[str, str]) -> Shortlist:
+    """Read a shortlist, refusing (in one line) another format, another version (a version 1 file records
+    no direction: it is refused, to be built again), another tokenizer or another ``direction``
+    (source and target language) than the model's."""
     path = Path(path)
     if not path.is_file():
         raise NMTError(f"shortlist not found: {path}; build it with scripts/build_shortlist.py")
@@ -152,14 +174,25 @@ def load_shortlist(path: Path, tokenizer: Tokenizer) -> Shortlist:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise NMTError(f"{path}: not a shortlist (no format {FORMAT!r})")
     if data.get("version") != FORMAT_VERSION:
+        why = ", which records no direction" if data.get("version") == 1 else ""
         raise NMTError(
-            f"{path}: shortlist format version {data.get('version')}, this nmt reads version "
+            f"{path}: shortlist format version {data.get('version')}{why}, this nmt reads version "
             f"{FORMAT_VERSION}; build it again with scripts/build_shortlist.py"
+        )
+    missing = [key for key in Shortlist.__dataclass_fields__ if key not in data]
+    if missing:
+        raise NMTError(
+            f"{path}: not a shortlist (no {missing[0]!r}); build it again with scripts/build_shortlist.py"
         )
     if data["tokenizer_fingerprint"] != tokenizer.fingerprint:
         raise NMTError(
             f"{path} was built for another tokenizer (fingerprint {data['tokenizer_fingerprint']}) than "
             f"the model's ({tokenizer.fingerprint}); build it again with scripts/build_shortlist.py"
+        )
+    if (data["src_lang"], data["tgt_lang"]) != tuple(direction):
+        raise NMTError(
+            f"{path} was built for {data['src_lang']}->{data['tgt_lang']}, the model translates "
+            f"{direction[0]}->{direction[1]}; build one for this model with scripts/build_shortlist.py"
         )
     if len(data["candidates"]) != tokenizer.src_vocab_size:
         raise NMTError(
@@ -230,7 +263,12 @@ def shortlist_for_checkpoint(cfg: ShortlistConfig, progress: bool = True) -> tup
             tokenizer.encode_tgt(read_text(text, split, data.tgt_lang)),
         )
 
-    shortlist = build_shortlist(*encoded("train"), tokenizer, cfg.k, cfg.frequent)
+    built_from = {
+        "checkpoint": str(Path(cfg.checkpoint).resolve()),
+        "data": str(getattr(data, "dir", data.name)),
+    }
+    direction = (data.src_lang, data.tgt_lang)
+    shortlist = build_shortlist(*encoded("train"), tokenizer, cfg.k, cfg.frequent, direction, built_from)
     path = Path(cfg.output) if cfg.output else Path(cfg.checkpoint).parent / shortlist.filename()
     shortlist.save(path)
     return shortlist, path, coverage(shortlist, *encoded("valid"))

@@ -112,17 +112,22 @@ class Translator:
         paths = checkpoint_paths(checkpoint)
         ckpt = load_checkpoint(paths[0])
         model, tokenizer, cfg = model_from_checkpoint(ckpt, device)
+        direction = (cfg.data.src_lang, cfg.data.tgt_lang)
         if len(paths) == 1:
             step = ckpt.get("progress", {}).get("step")
             positions = cfg.model.max_positions
             if workers > 1:
-                decoder = ProcessesBackend(model, tokenizer, positions, checkpoint, workers, threads=1)
+                decoder = ProcessesBackend(
+                    model, tokenizer, positions, direction, checkpoint, workers, threads=1
+                )
             else:
-                decoder = load_backend(backend, ct2_model, model, tokenizer, device, positions, ct2_threads)
+                decoder = load_backend(
+                    backend, ct2_model, model, tokenizer, device, positions, direction, ct2_threads
+                )
             return cls(model, tokenizer, cfg, decoder, step)
         if backend != "torch":
             raise NMTError(f"backend={backend} decodes one model: an ensemble needs backend=torch")
-        models, direction = [model], (cfg.data.src_lang, cfg.data.tgt_lang)
+        models = [model]
         for path in paths[1:]:
             other, other_tokenizer, other_cfg = model_from_checkpoint(load_checkpoint(path), device)
             if (other_cfg.data.src_lang, other_cfg.data.tgt_lang) != direction:
@@ -142,9 +147,11 @@ class Translator:
         ensemble = Ensemble(models).eval()
         positions = cfg.model.max_positions
         if workers > 1:
-            decoder = ProcessesBackend(ensemble, tokenizer, positions, checkpoint, workers, threads=1)
+            decoder = ProcessesBackend(
+                ensemble, tokenizer, positions, direction, checkpoint, workers, threads=1
+            )
         else:
-            decoder = TorchBackend(ensemble, tokenizer, device, positions)
+            decoder = TorchBackend(ensemble, tokenizer, device, positions, direction)
         return cls(ensemble, tokenizer, cfg, decoder)
 
     def info(self) -> dict[str, Any]:
@@ -310,7 +317,9 @@ class Translator:
     ) -> list[Scored]:
         """The model's score of each target line as the translation of its source line (teacher forcing:
         one forward pass per batch, no search). ``decoding`` gives the score's length penalty and word
-        reward, and ``max_tokens`` per batch."""
+        reward, ``max_tokens`` per batch and the normalisation: with ``decoding.shortlist``, that of a
+        search over the shortlist (each sentence's candidates and the translation's own subwords), so
+        that a translation and the search's output compare."""
         if len(sources) != len(targets):
             raise NMTError(f"{len(targets)} translations for {len(sources)} sources: give one per source")
         return self.score_ids(
@@ -330,7 +339,10 @@ class Translator:
         with tqdm(total=len(sources), disable=not progress, desc="scoring", unit="sent") as bar:
             for batch in length_sorted_batches(lengths, decoding.max_tokens):
                 terms = self.backend.score_ids(
-                    [sources[i] for i in batch], [targets[i] for i in batch], decoding.max_tokens
+                    [sources[i] for i in batch],
+                    [targets[i] for i in batch],
+                    decoding.max_tokens,
+                    decoding.shortlist,
                 )
                 for i, token_log_probs in zip(batch, terms):
                     log_prob = math.fsum(token_log_probs)
@@ -562,12 +574,13 @@ class ProcessesBackend(TorchBackend):
         model: Seq2Seq,
         tokenizer: Tokenizer,
         max_positions: int,
+        direction: tuple[str, str],
         checkpoint: Any,
         workers: int,
         *,
         threads: int,
     ):
-        super().__init__(model, tokenizer, torch.device("cpu"), max_positions)
+        super().__init__(model, tokenizer, torch.device("cpu"), max_positions, direction)
         context = multiprocessing.get_context("spawn")  # nothing of this process' threads is inherited
         self.conns: list[Connection] = []
         for _ in range(workers):

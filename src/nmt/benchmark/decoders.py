@@ -33,6 +33,7 @@ import torch
 
 from nmt.benchmark.ct2_speed import direct, parse_layout
 from nmt.benchmark.hardware import hardware
+from nmt.checkpoint import weights_digest
 from nmt.config import DecodersSpeedConfig, DecodingConfig
 from nmt.ct2.backend import CT2Backend
 from nmt.errors import NMTError
@@ -69,9 +70,12 @@ def build_rows(
                     ],
                 )
             )
-    tokenizer = translator.tokenizer
+    tokenizer, weights = translator.tokenizer, weights_digest(translator.model)
+    reference = translator.backend  # backend=torch, for what CTranslate2 cannot do
     for inter, intra in map(parse_layout, cfg.ct2_layouts):
-        backend = CT2Backend(cfg.ct2_model, tokenizer, "cpu", inter, intra)
+        backend = CT2Backend(
+            cfg.ct2_model, tokenizer, "cpu", inter, intra, weights=weights, reference=reference
+        )
 
         def direct_row(sources, backend=backend):
             pieces = [[backend.src_pieces[i] for i in s] for s in sources]
@@ -82,7 +86,8 @@ def build_rows(
     if cfg.ct2_vmap_model:
         models[", vocabulary map"] = (cfg.ct2_vmap_model, searches[", shortlist"])
     for suffix, (model_dir, search) in models.items():
-        backend = CT2Backend(model_dir, tokenizer, "cpu", cfg.ct2_inter_threads, cfg.ct2_intra_threads)
+        threads = (cfg.ct2_inter_threads, cfg.ct2_intra_threads)
+        backend = CT2Backend(model_dir, tokenizer, "cpu", *threads, weights=weights, reference=reference)
         rows.append(
             Row(
                 f"backend=ct2, {backend.inter_threads}x{backend.intra_threads}{suffix}",
@@ -118,7 +123,10 @@ def run_decoders_speed(cfg: DecodersSpeedConfig) -> dict[str, Any]:
 
     def processes(workers: int, threads: int) -> ProcessesBackend:
         model, tokenizer = translator.model, translator.tokenizer
-        return ProcessesBackend(model, tokenizer, positions, cfg.checkpoint, workers, threads=threads)
+        direction = (translator.cfg.data.src_lang, translator.cfg.data.tgt_lang)
+        return ProcessesBackend(
+            model, tokenizer, positions, direction, cfg.checkpoint, workers, threads=threads
+        )
 
     try:
         for threads in cfg.torch_threads:

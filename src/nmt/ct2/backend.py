@@ -58,7 +58,12 @@ What differs from ``backend=torch``:
   call over the union of its sentences' candidates, where ours gives each sentence its own: with a
   shortlist, a translation can depend on the sentences that share its call (those of its length).
   Scores are then log-probabilities normalised over the candidates, as ours are (over the sentence's
-  own), and are kept as they are.
+  own), and are kept as they are; hypotheses scored again are scored over the sentence's own
+  candidates, as ours (CTranslate2's ``score_batch`` has no vocabulary map: the PyTorch model,
+  ``reference``, scores them, as it scores given translations over a shortlist).
+- An empty source: CTranslate2 skips an empty input (one of EOS alone too), so with a target prefix
+  it would return the bare prefix as the only hypothesis; such a sentence is searched by the PyTorch
+  model (``reference``), which continues the prefix as ``backend=torch`` does.
 
 ``word_reward``, which only matters when finished hypotheses of different lengths are ranked, is
 added here when ranking, as in ours.
@@ -72,7 +77,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from tqdm.auto import tqdm
@@ -86,6 +91,26 @@ from nmt.tokenizer import Tokenizer
 
 # Scoring on a CPU: at most this many log-probabilities (fp32, 16 MiB) per batch (CT2Backend.score_ids).
 SCORE_BATCH_FLOATS = 2**22
+
+
+class ModelSearch(Protocol):
+    """What :class:`CT2Backend` asks of backend=torch over the same model (``reference``)."""
+
+    def translate_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        cfg: DecodingConfig,
+        progress: bool = False,
+        prefixes: Sequence[Sequence[int]] | None = None,
+    ) -> list[list[Hypothesis]]: ...
+
+    def score_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        targets: Sequence[Sequence[int]],
+        max_tokens: int,
+        shortlist: str | None,
+    ) -> list[list[float]]: ...
 
 
 def ct2_length_penalty(alpha: float, length: int) -> float:
@@ -126,9 +151,15 @@ class CT2Backend:
         inter_threads: int = 0,
         intra_threads: int = 0,
         compute_type: str = "default",
+        weights: str | None = None,
+        reference: ModelSearch | None = None,
     ):
         """``inter_threads`` translations at a time, each on ``intra_threads`` threads; 0: chosen for the
-        cores torch may use (:func:`thread_layout`)."""
+        cores torch may use (:func:`thread_layout`). ``weights``: the digest of the checkpoint's weights
+        (:func:`nmt.checkpoint.weights_digest`), which the export must record (an export that records
+        none, from an older nmt, is refused too); None only where the caller exported the model itself.
+        ``reference``: backend=torch over the same model, for what CTranslate2 cannot do (an empty
+        source with a target prefix, scoring over a shortlist); without it, those are refused."""
         ctranslate2 = require_ctranslate2()
         info = read_export_info(model_dir)
         if info["tokenizer_fingerprint"] != tokenizer.fingerprint:
@@ -136,10 +167,22 @@ class CT2Backend:
                 f"ct2_model={model_dir} was exported with a different tokenizer than the checkpoint's; "
                 "export this checkpoint again (scripts/export_ct2.py)"
             )
+        if weights is not None and info.get("weights_sha256") != weights:
+            recorded = f"checkpoint {info.get('checkpoint')}, step {info.get('step')}"
+            made_from = (
+                f"was exported from another model ({recorded})"
+                if "weights_sha256" in info
+                else "records no model it was exported from (an older export)"
+            )
+            raise NMTError(
+                f"ct2_model={model_dir} {made_from} than the checkpoint's; export this checkpoint again "
+                "(scripts/export_ct2.py)"
+            )
         device = torch.device(device)
         if device.type not in ("cpu", "cuda"):
             raise NMTError(f"backend=ct2 runs on cpu or cuda, not {device.type}")
         self.tokenizer, self.max_positions = tokenizer, int(info["max_positions"])
+        self.reference = reference
         self.model_dir = Path(model_dir)
         self.vmap: dict[str, Any] | None = info.get("shortlist")  # the shortlist behind its vocabulary map
         self.shortlists: set[str] = set()  # decoding.shortlist files checked against the map
@@ -202,14 +245,17 @@ class CT2Backend:
         limit = self.max_positions - 1
         sources = [list(s[:limit]) for s in sources]
         forced = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in sources]
+        # CTranslate2 skips an empty input, and would return an empty source's prefix as it is
+        continued = [i for i, (s, p) in enumerate(zip(sources, forced)) if not s and p]
         found: list[dict[tuple[int, ...], float | None]] = [{} for _ in sources]
-        with tqdm(total=len(sources), disable=not progress, desc="decoding (ct2)", unit="sent") as bar:
-            again = self._search(range(len(sources)), sources, forced, cfg, found, bar, suppress=False)
+        mine = sorted(set(range(len(sources))) - set(continued))
+        with tqdm(total=len(mine), disable=not progress, desc="decoding (ct2)", unit="sent") as bar:
+            again = self._search(mine, sources, forced, cfg, found, bar, suppress=False)
             self._search(again, sources, forced, cfg, found, bar, suppress=True)
         todo = [(i, ids) for i, hyps in enumerate(found) for ids, log_p in hyps.items() if log_p is None]
         if todo:
             scores = self.score_ids(
-                [sources[i] for i, _ in todo], [list(ids) for _, ids in todo], cfg.max_tokens
+                [sources[i] for i, _ in todo], [list(ids) for _, ids in todo], cfg.max_tokens, cfg.shortlist
             )
             for (i, ids), token_scores in zip(todo, scores):
                 found[i][ids] = math.fsum(token_scores)
@@ -217,7 +263,21 @@ class CT2Backend:
         for hyps in found:
             ranked = [hypothesis(list(ids), log_p, cfg) for ids, log_p in hyps.items()]
             out.append(sorted(ranked, key=lambda h: -h.score)[: cfg.nbest])
+        if continued:
+            what = "an empty source with a target prefix"
+            searched = self._reference(what).translate_ids(
+                [[] for _ in continued], cfg, prefixes=[forced[i] for i in continued]
+            )
+            for i, hyps in zip(continued, searched):
+                out[i] = hyps
         return out
+
+    def _reference(self, what: str) -> ModelSearch:
+        if self.reference is None:
+            raise NMTError(
+                f"backend=ct2: {what} needs the PyTorch model beside CTranslate2 (nmt.backends.load_backend)"
+            )
+        return self.reference
 
     def _search(
         self,
@@ -297,12 +357,22 @@ class CT2Backend:
         return hyps
 
     def score_ids(
-        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int
+        self,
+        sources: Sequence[Sequence[int]],
+        targets: Sequence[Sequence[int]],
+        max_tokens: int,
+        shortlist: str | None,
     ) -> list[list[float]]:
         """Teacher-forced log-probabilities of each target token and of the EOS that follows, in batches
         of up to ``max_tokens`` tokens; on a CPU also so small that a batch's log-probabilities (tokens x
         target vocabulary floats) fit the cache: on the multi30k_cpu model (8k vocabulary) batches of 512
-        tokens score twice as fast as batches of 8,000."""
+        tokens score twice as fast as batches of 8,000. With a ``shortlist``, normalised over each
+        sentence's candidates as the search is: by the PyTorch model (CTranslate2 scores over the whole
+        vocabulary only)."""
+        if shortlist is not None:
+            return self._reference("scoring over a shortlist").score_ids(
+                sources, targets, max_tokens, shortlist
+            )
         results = self.translator.score_batch(
             [[self.src_pieces[i] for i in s] for s in sources],
             [[self.pieces[i] for i in t] for t in targets],

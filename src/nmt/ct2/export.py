@@ -17,7 +17,9 @@ model to compute exactly what ours computes:
   does) and decoding starts from BOS.
 
 The directory also holds the SentencePiece model(s) and ``nmt_export.json`` (the tokenizer's
-fingerprint, so :class:`nmt.ct2.backend.CT2Backend` can refuse a tokenizer that does not match), and,
+fingerprint and the digest of the weights, :func:`nmt.checkpoint.weights_digest`, so that
+:class:`nmt.ct2.backend.CT2Backend` can refuse another tokenizer or another checkpoint's model; the
+checkpoint's path and step, for people to read), and,
 exported with ``shortlist=FILE``, that vocabulary shortlist as CTranslate2's vocabulary map
 (``vmap.txt``), recorded in ``nmt_export.json`` by the file's content digest so that the backend uses
 the map only for ``decoding.shortlist=FILE``.
@@ -32,13 +34,13 @@ from typing import Any
 
 from torch import nn
 
-from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint
+from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint, weights_digest
 from nmt.config import ExportCT2Config, ModelConfig, TransformerConfig
 from nmt.ct2.format import file_digest, require_ctranslate2, write_export_info
 from nmt.errors import NMTError
 from nmt.models.attention import Attention, DotProductAttention
 from nmt.models.transformer import DecoderLayer, EncoderLayer, Residual, Transformer
-from nmt.shortlist import load_shortlist, write_vmap
+from nmt.shortlist import Shortlist, load_shortlist, write_vmap
 from nmt.special import BOS_ID, EOS_ID, UNK_ID
 from nmt.tokenizer import Tokenizer
 
@@ -195,9 +197,11 @@ def export_model(
     force: bool = False,
     meta: dict[str, Any] | None = None,
     shortlist: str | Path | None = None,
+    direction: tuple[str, str] | None = None,
 ) -> Path:
     """Write ``model`` (and its SentencePiece models) as a CTranslate2 model directory ``output``, with
-    the vocabulary ``shortlist`` file (scripts/build_shortlist.py) as its vocabulary map if given.
+    the vocabulary ``shortlist`` file (scripts/build_shortlist.py) as its vocabulary map if given, which
+    must have been built for the model's ``direction`` (source, target language).
 
     The directory is filled under a temporary name and renamed at the end, so an interrupted export
     never leaves a directory the backend would load.
@@ -206,6 +210,11 @@ def export_model(
     output = Path(output)
     if output.exists() and not force:
         raise NMTError(f"output={output} already exists; remove it or add force=true")
+    loaded = None  # the shortlist, checked before the work
+    if shortlist is not None:
+        if direction is None:
+            raise NMTError("exporting with a shortlist needs the model's direction, to check the shortlist's")
+        loaded = load_shortlist(Path(shortlist), tokenizer, direction)
     spec = build_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
@@ -214,7 +223,7 @@ def export_model(
     tmp.mkdir(parents=True)
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            vmap = _vocabulary_map(shortlist, tokenizer, Path(scratch) / "vmap.txt")
+            vmap = _vocabulary_map(shortlist, loaded, tokenizer, Path(scratch) / "vmap.txt")
             if vmap:
                 spec.register_vocabulary_mapping(str(Path(scratch) / "vmap.txt"))
             spec.save(str(tmp))
@@ -226,6 +235,7 @@ def export_model(
             (tmp / "target.model").write_bytes(tgt)
         info = {
             "tokenizer_fingerprint": tokenizer.fingerprint,
+            "weights_sha256": weights_digest(model),
             "joint_vocabulary": tokenizer.joint,
             "max_positions": model.cfg.max_positions,
             "quantization": quantization,
@@ -242,12 +252,13 @@ def export_model(
     return output
 
 
-def _vocabulary_map(shortlist: str | Path | None, tokenizer: Tokenizer, path: Path) -> dict[str, Any] | None:
-    """Write the ``shortlist`` file as a vocabulary map at ``path``; what ``nmt_export.json`` records of
-    it (None without one)."""
-    if shortlist is None:
+def _vocabulary_map(
+    shortlist: str | Path | None, loaded: Shortlist | None, tokenizer: Tokenizer, path: Path
+) -> dict[str, Any] | None:
+    """Write the ``shortlist`` file (``loaded``) as a vocabulary map at ``path``; what
+    ``nmt_export.json`` records of it (None without one)."""
+    if shortlist is None or loaded is None:
         return None
-    loaded = load_shortlist(Path(shortlist), tokenizer)
     write_vmap(loaded, tokenizer, path)
     return {
         "file": str(Path(shortlist).resolve()),
@@ -263,6 +274,9 @@ def export_checkpoint(cfg: ExportCT2Config) -> Path:
     require_ctranslate2()
     ckpt = load_checkpoint(cfg.checkpoint)
     check_exportable(checkpoint_config(ckpt).model)
-    model, tokenizer, _ = model_from_checkpoint(ckpt, "cpu")
+    model, tokenizer, train_cfg = model_from_checkpoint(ckpt, "cpu")
     meta = {"checkpoint": str(Path(cfg.checkpoint).resolve()), "step": ckpt.get("progress", {}).get("step")}
-    return export_model(model, tokenizer, cfg.output, cfg.quantization, cfg.force, meta, cfg.shortlist)
+    direction = (train_cfg.data.src_lang, train_cfg.data.tgt_lang)
+    return export_model(
+        model, tokenizer, cfg.output, cfg.quantization, cfg.force, meta, cfg.shortlist, direction
+    )

@@ -108,10 +108,17 @@ class Seq2Seq(nn.Module):
         """Teacher-forced logits (batch, tgt_len, vocab); only at positions ``keep`` (N, vocab) when given."""
         raise NotImplementedError
 
-    def teacher_forced_log_probs(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
+    def teacher_forced_log_probs(
+        self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None, outside: Tensor | None = None
+    ) -> Tensor:
         """fp32 log-probabilities of the next target token under teacher forcing, shaped as ``forward``'s
-        logits: what ``step`` gives along ``tgt_in``, in one pass (scoring given translations)."""
-        return log_softmax_fp32(self(src, tgt_in, keep))
+        logits: what ``step`` gives along ``tgt_in``, in one pass (scoring given translations). With
+        ``outside`` (bool, the logits' shape), normalised over the other ids only, as ``step`` is after
+        ``restrict_output``."""
+        logits = self(src, tgt_in, keep)
+        if outside is not None:
+            logits.masked_fill_(outside, -math.inf)  # a fresh tensor: no second copy
+        return log_softmax_fp32(logits)
 
     def encode(self, src: Tensor) -> State:
         """Encode (batch, src_len) ids; the result holds whatever ``init_state`` needs."""

@@ -34,8 +34,11 @@ class Ensemble(Seq2Seq):
     def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
         raise NMTError("an ensemble decodes; train its models one by one")
 
-    def teacher_forced_log_probs(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
-        return mean_of_probabilities([m.teacher_forced_log_probs(src, tgt_in, keep) for m in self.models])
+    def teacher_forced_log_probs(
+        self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None, outside: Tensor | None = None
+    ) -> Tensor:
+        members = [m.teacher_forced_log_probs(src, tgt_in, keep, outside) for m in self.models]
+        return mean_of_probabilities(members)
 
     def encode(self, src: Tensor) -> State:
         return {"members": [m.encode(src) for m in self.models]}
