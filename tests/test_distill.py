@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from nmt.cache import hash_key
 from nmt.config import DecodingConfig, DistillConfig, DistillCorpusConfig, ToyDataConfig, data_or_model_data
-from nmt.data import read_lines
+from nmt.data import read_lines, text_path
 from nmt.distill import cache_settings, corpus_name, distill, translate_in_chunks
 from nmt.errors import NMTError
 
@@ -115,11 +115,11 @@ def test_the_corpus_folder_is_named_by_the_content_of_what_is_copied_into_it(tmp
     edited references get another folder, never the old copies."""
     for split in ("train", "valid", "test"):
         for lang in ("en", "de"):
-            (tmp_path / f"{split}.{lang}").write_text(f"{split} {lang}\n")
+            text_path(tmp_path, split, lang).write_text(f"{split} {lang}\n")
     plain, kept = corpus_name("k", tmp_path, "en", "de", False), corpus_name("k", tmp_path, "en", "de", True)
     assert kept.endswith("-with-original") and plain != kept.removesuffix("-with-original")
     assert corpus_name("other", tmp_path, "en", "de", False) != plain
-    (tmp_path / "train.de").write_text("edited\n")
+    text_path(tmp_path, "train", "de").write_text("edited\n")
     assert corpus_name("k", tmp_path, "en", "de", False) == plain  # not copied without keep_original
     assert corpus_name("k", tmp_path, "en", "de", True) != kept
     (tmp_path / "valid.de").write_text("edited\n")
