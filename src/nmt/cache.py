@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import shutil
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
@@ -45,8 +47,9 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     An interrupted run leaves no half-written cache behind that a later run would trust.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{socket.gethostname()}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    _remove_abandoned(path)
     tmp.mkdir(parents=True)
     try:
         yield tmp
@@ -57,6 +60,26 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _remove_abandoned(path: Path) -> None:
+    """Delete the temporary folders of ``path`` left by a process of this host that is gone (killed
+    mid-way): a prepared corpus can be gigabytes, which must not pile up at every interrupted run. Other
+    hosts' folders (a shared filesystem) are theirs to clean."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.tmp-{glob.escape(socket.gethostname())}-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -534,6 +534,28 @@ class CT2SpeedConfig(SplitConfig):
 
 
 @dataclass
+class PrepareSpeedConfig:
+    """scripts/benchmark_prepare.py: corpora of N unique pairs drawn from local parallel text (each drawn
+    pair tagged with its number on both sides), prepared from scratch, timed and measured (docs/speed.md)."""
+
+    dir: str = (
+        "../shared/data/wmt14-de-en"  # the pairs are drawn from {dir}/{prefix}.{lang}; valid/test copied
+    )
+    prefixes: list[str] = field(default_factory=lambda: ["train", "extra-newstest2008-2012"])
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    sizes: list[int] = field(default_factory=lambda: [100_000, 400_000, 1_600_000, 4_500_000])  # pairs
+    seed: int = 1  # of the draw
+    workers: int = 0  # data.workers of the preparation; 0 = one per CPU core
+    tokenizer: TokenizerConfig = field(
+        default_factory=lambda: TokenizerConfig(vocab_size=32_000, input_sentence_size=2_000_000)
+    )
+    workdir: str = "outputs/benchmark_prepare/corpora"  # the corpora and their caches (GBs at 4.5M pairs)
+    keep: bool = False  # keep each corpus and cache after it is measured
+    output: str = "prepare_speed.json"
+
+
+@dataclass
 class DecodersSpeedConfig(SplitConfig):
     """scripts/benchmark_decoders.py: PyTorch and CTranslate2, each at its best configuration for the
     cores, side by side on a split's sentences (docs/speed.md)."""
@@ -683,6 +705,7 @@ def register_configs() -> None:
     cs.store(name="benchmark_server_schema", node=ServeBenchConfig)
     cs.store(name="benchmark_ct2_schema", node=CT2SpeedConfig)
     cs.store(name="benchmark_decoders_schema", node=DecodersSpeedConfig)
+    cs.store(name="benchmark_prepare_schema", node=PrepareSpeedConfig)
     cs.store(name="plot_attention_schema", node=PlotAttentionConfig)
     cs.store(name="plot_curves_schema", node=PlotCurvesConfig)
     cs.store(name="score_schema", node=ScoreConfig)

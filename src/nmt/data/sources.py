@@ -102,7 +102,7 @@ def _local_prefixes(cfg: LocalDataConfig) -> list[str]:
 
 
 def missing_local_files(cfg: LocalDataConfig) -> list[Path]:
-    return [p for p in local_files(cfg) if not p.is_file()]
+    return [p for p in local_files(cfg) if not p.exists()]  # a folder in its place: "cannot read it"
 
 
 def load_local(cfg: LocalDataConfig, progress: bool = False) -> RawCorpus:
