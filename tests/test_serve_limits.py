@@ -9,6 +9,7 @@ import json
 import pytest
 
 from nmt.config import DecodingConfig, ServerLimits
+from nmt.decoding.common import length_budget
 from nmt.serve.limits import (
     BadRequest,
     attention_bytes,
@@ -20,6 +21,7 @@ from nmt.serve.limits import (
     check_text,
     declared_length,
     json_depth,
+    output_budget,
     read_body,
 )
 
@@ -108,6 +110,18 @@ def test_outputs_longer_than_the_limit_are_refused_naming_what_allows_them():
     huge = DecodingConfig(max_len_a=1e308, max_len_b=10)
     assert refused(check_output_length, [1], huge, LIMITS, 255, {"max_len_a", "max_len_b"})[1] == "max_len_a"
     check_output_length([40], DecodingConfig(max_len_b=10**9), LIMITS, 49, {"max_len_b"})  # the model's cap
+
+
+@pytest.mark.parametrize(("a", "b"), [(1e308, 10), (1.0, 10**400), (1e308, 10**4000)], ids=["a", "b", "both"])
+def test_huge_finite_lengths_are_computable_and_the_models_cap_holds(a, b):
+    """Values within the rules but beyond a float (1e308 * 2, 10**400) cap at the model's positions,
+    in the service's check as in the search's budget (no OverflowError)."""
+    decoding = DecodingConfig(max_len_a=a, max_len_b=b)
+    assert output_budget(30, decoding, 49) == 49 and length_budget(31, a, b, 49) == 49
+    check_output_length([30], decoding, LIMITS, 49, {"max_len_a", "max_len_b"})
+    status, field, message = refused(check_output_length, [30], decoding, LIMITS, 255, {"max_len_b"})
+    assert (status, field) == (422, "max_len_b") and "allow 255 target subwords" in message
+    assert length_budget(3, 1.5, 2, 49) == 6 and length_budget(0, 0.0, 0, 49) == 1  # unchanged
 
 
 def test_scores_must_stay_finite_numbers():

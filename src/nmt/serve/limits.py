@@ -117,7 +117,10 @@ def check_text(lines: Sequence[str], field: str = "text") -> None:
 
 def output_budget(src_len: int, decoding: DecodingConfig, model_limit: int) -> float:
     """The most target subwords the search may produce for a source of ``src_len`` subwords (and EOS):
-    ``max_len_a * (src_len + 1) + max_len_b``, and never more than the model's ``model_limit``."""
+    ``max_len_a * (src_len + 1) + max_len_b``, and never more than the model's ``model_limit`` (also for
+    values too large for a float: 1e308 * 2, 10**400)."""
+    if decoding.max_len_b >= model_limit:
+        return model_limit
     return min(model_limit, decoding.max_len_a * (src_len + 1) + decoding.max_len_b)
 
 
@@ -138,7 +141,9 @@ def check_output_length(
     if field == "text":
         message = f"a sentence of {longest} subwords may be translated into {budget:.0f}"
     else:
-        message = f"max_len_a={decoding.max_len_a:g}, max_len_b={decoding.max_len_b} allow {budget:.0f}"
+        b = decoding.max_len_b
+        b = b if b < 10**15 else f"a {len(str(b))}-digit number"
+        message = f"max_len_a={decoding.max_len_a:g}, max_len_b={b} allow {budget:.0f}"
         message += f" target subwords for a sentence of {longest}"
     raise BadRequest(422, field, f"{message}; the server makes at most {limit} (serve.max_output_tokens)")
 
