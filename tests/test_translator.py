@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import json
 import logging
 import os
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,43 @@ def test_the_service_answers_through_the_translator_whatever_the_backend(transla
     assert info == {**other.info(), "decoding": asdict(decoding), "limits": asdict(limits)}
 
 
+def test_one_sentence_of_a_served_batch_cannot_fail_the_others(translator):
+    """Requests batched together by the service (same settings, same prefixes): an empty source with a
+    prefix and attention is answered beside the others, and a request the backend refuses gets its
+    refusal alone while the others of its batch are translated."""
+    from nmt.serve.work import TranslateSettings, translate_batch
+
+    decoding = replace(DECODING, nbest=1)
+    prefix = translator.encode_targets(["die"])
+    settings = TranslateSettings(decoding, attention=True, prefixes=prefix)
+    items = [(translator.encode(["the cat sees it"]), settings), (translator.encode([""]), settings)]
+    cat, empty = [json.loads(r.translations) for r in translate_batch(translator, 10**7, items)]
+    assert cat[0]["text"].startswith("die") and empty[0]["text"].startswith("die")
+    assert empty[0]["attention"]["source_tokens"] == ["</s>"]
+
+    class Picky:
+        """The torch backend, refusing any batch with the source it is given."""
+
+        name = "picky"
+
+        def __init__(self, inner, bad):
+            self.inner, self.bad = inner, bad
+
+        def translate_ids(self, sources, cfg, progress=False, **kwargs):
+            if self.bad in [list(s) for s in sources]:
+                raise NMTError("decoding.beam_size=2: this source is refused")
+            return self.inner.translate_ids(sources, cfg, progress, **kwargs)
+
+    ids = translator.encode(["the cat sees it", "the dog sees us", "the bird sees me"])
+    backend = Picky(translator.backend, ids[1])
+    picky = Translator(translator.model, translator.tokenizer, translator.cfg, backend)
+    plain = TranslateSettings(decoding)
+    results = translate_batch(picky, 10**7, [([ids[0]], plain), ([ids[1]], plain), ([ids[2]], plain)])
+    assert [r.refused for r in results] == [None, "decoding.beam_size=2: this source is refused", None]
+    texts = [json.loads(r.translations)[0]["text"] for r in (results[0], results[2])]
+    assert texts == translator.translate(["the cat sees it", "the bird sees me"], decoding)
+
+
 def test_load_backend_checks_its_settings(translator):
     model, tokenizer = translator.model, translator.tokenizer
     assert isinstance(load_backend("torch", None, model, tokenizer, CPU, 32), TorchBackend)
@@ -265,7 +303,10 @@ def test_attention_of_a_hypothesis_per_layer_and_head(translator):
     with pytest.raises(NMTError, match="^heads must be one of"):
         cross.panels(-1, "max")
     with pytest.raises(NMTError, match="source is empty"):
-        translator.attention("  ", hyp)
+        translator.attention("  ", [])
+    empty = translator.attention("  ", hyp)  # an empty source continued from a target prefix
+    assert empty.source_tokens == ["</s>"] and empty.weights.shape == (1, 2, len(hyp) + 1, 1)
+    torch.testing.assert_close(empty.weights, torch.ones_like(empty.weights))
 
 
 # ------------------------------------------------------------------------------------ ensembles

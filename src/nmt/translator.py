@@ -317,11 +317,12 @@ class Translator:
 
     def attention(self, source: str | Sequence[int], target: Sequence[int]) -> CrossAttention:
         """Where the model looks (cross-attention of every decoder layer and head) while it produces the
-        target ids (a hypothesis' tokens) from ``source``: a line, or its ids from :meth:`encode`."""
+        target ids (a hypothesis' tokens) from ``source``: a line, or its ids from :meth:`encode`. An
+        empty source continued from a target prefix has its attention, all of it on the source's EOS."""
         if not isinstance(self.backend, TorchBackend):
             raise NMTError(f"the {self.backend.name} backend has no attention weights; use backend=torch")
         src_ids = self.encode([source])[0] if isinstance(source, str) else list(source)
-        if not src_ids:
+        if not src_ids and not target:
             raise NMTError("the source is empty: nothing was translated, no attention to show")
         return self.backend.attention(src_ids, list(target))
 

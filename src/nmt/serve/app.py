@@ -206,6 +206,8 @@ def create_app(
         except Exception:  # noqa: BLE001 - a bug: logged with its traceback, the client gets a 500
             log.exception("translating a request failed")
             return answer(500, {"error": "internal error"})
+        if result.refused is not None:
+            return answer(422, refusal(result.refused))
         if result.translations is None:
             if result.size:
                 message = (
