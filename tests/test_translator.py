@@ -211,6 +211,52 @@ def test_one_sentence_of_a_served_batch_cannot_fail_the_others(translator):
     assert texts == translator.translate(["the cat sees it", "the bird sees me"], decoding)
 
 
+def test_an_alignment_layer_the_model_lacks_is_refused_before_anything_is_decoded(translator):
+    """The service refuses to start with it (the page asks for alignments with every translation)."""
+    pytest.importorskip("fastapi")
+    from nmt.serve import create_app
+
+    for layer in (None, 0, -1):  # tiny_transformer: one decoder layer
+        translator.check_alignment_layer(layer)
+    for layer in (1, -2):
+        with pytest.raises(NMTError, match=rf"^alignment_layer={layer} out of range: the model has 1 "):
+            translator.check_alignment_layer(layer)
+    decoding = translator.decoding_with(DecodingOverrides())
+    with pytest.raises(NMTError, match=r"^alignment_layer=3 out of range"):
+        create_app(translator, ServerLimits(), decoding, alignment_layer=3)
+    other = Translator(translator.model, translator.tokenizer, translator.cfg, Recorder())
+    other.check_alignment_layer(3)  # no attention weights, no alignments: nothing to refuse
+
+
+def test_score_requests_are_scored_in_batches_within_serve_max_score_mb(translator, monkeypatch):
+    """/score holds tokens x target vocabulary log-probabilities at once: its batches are cut to
+    serve.max_score_mb whatever decoding.max_tokens says, and a limit too small for one translation
+    stops the service at start."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from nmt.serve import create_app
+
+    vocab, decoding = translator.tokenizer.tgt_vocab_size, translator.decoding_with(DecodingOverrides())
+    limits = ServerLimits(max_score_mb=40 * vocab * 8 / 2**20)  # 40 tokens' log-probabilities
+    seen, score_ids = [], translator.backend.score_ids
+
+    def recorded(sources, targets, max_tokens):
+        seen.append(max_tokens)
+        return score_ids(sources, targets, max_tokens)
+
+    monkeypatch.setattr(translator.backend, "score_ids", recorded)
+    with TestClient(create_app(translator, limits, decoding)) as client:
+        pairs = {"text": ["the cat sees it near the house"] * 6, "target": ["die Katze sieht es"] * 6}
+        response = client.post("/score", json=pairs)
+    assert response.status_code == 200, response.text
+    assert set(seen) == {40} and decoding.max_tokens > 40 and response.json()["decoding"] == asdict(decoding)
+    expected = translator.score(pairs["text"], pairs["target"], decoding)
+    assert [s["log_prob"] for s in response.json()["scores"]] == pytest.approx([s.log_prob for s in expected])
+    with pytest.raises(NMTError, match=r"^serve.max_score_mb=.*: scoring one translation of 31 subwords"):
+        create_app(translator, ServerLimits(max_score_mb=8 * vocab * 8 / 2**20), decoding)
+
+
 def test_load_backend_checks_its_settings(translator):
     model, tokenizer = translator.model, translator.tokenizer
     assert isinstance(load_backend("torch", None, model, tokenizer, CPU, 32), TorchBackend)

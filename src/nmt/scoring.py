@@ -70,6 +70,8 @@ def score_corpus(cfg: ScoreConfig) -> ScoreRun:
         raise NMTError(
             f"alignments=true: the {cfg.backend} backend has no attention weights; use backend=torch"
         )
+    if cfg.alignments:
+        translator.check_alignment_layer(cfg.alignment_layer)  # before the corpus is scored
     started = time.perf_counter()
     scores = translator.score(sources, targets, decoding, progress=True)
     elapsed = time.perf_counter() - started

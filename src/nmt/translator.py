@@ -333,6 +333,12 @@ class Translator:
             name = self.backend.name
             raise NMTError(f"{what}: the {name} backend has no attention weights; use backend=torch")
 
+    def check_alignment_layer(self, layer: int | None) -> None:
+        """Refuse ``alignment_layer`` (NMTError, one line) when the model has no such decoder layer,
+        before anything is decoded; a backend without attention weights gives no alignments to check."""
+        if self.has_attention:
+            resolve_layer(layer, self.attentions([[]], [[]], 1)[0].weights.size(0))
+
     def attentions(
         self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int
     ) -> list[CrossAttention]:

@@ -100,6 +100,17 @@ def test_alignments_need_the_attention_of_the_torch_backend(toy, toy_run, tmp_pa
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("script", ["evaluate.py", "translate.py", "score.py"])
+def test_an_alignment_layer_out_of_range_is_refused_before_decoding(toy, toy_run, tmp_path, script):
+    out = tmp_path / "test.hyp"
+    args = [f"checkpoint={toy_run.checkpoints / 'last.pt'}", "alignments=true", "alignment_layer=7"]
+    args += [f"eval.out={out}"] if script == "evaluate.py" else []
+    proc = toy.script(script, *args, cwd=tmp_path, stdin="ka lo\n")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: alignment_layer=7 out of range: the model")
+    assert not out.exists() and not proc.stdout
+
+
 def test_compare_alignments_script_scores_every_reading(toy, toy_run, text, tmp_path):
     sources = read_lines(text / "test.src")
     (tmp_path / "gold.align").write_text(
