@@ -450,7 +450,7 @@ class ServerLimits:
     retry_after_s: int = 1
     workers: int = 0  # decoding processes; 0 = one per CPU core the server may use (1 on a GPU)
     threads: int = 1  # intra-op threads of each worker process
-    # connections and requests at once (uvicorn's limit_concurrency): a request beyond them gets 503
+    # open connections (a new one included) and requests at once (uvicorn's limit_concurrency): beyond, 503
     max_connections: int = 128
     # Host headers answered (others: 400), against DNS rebinding: names ("example.com"), "*.example.com",
     # or "*" (any: behind a proxy that checks Host); [] = the bound host= and localhost names
