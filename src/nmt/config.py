@@ -444,7 +444,8 @@ class ServerLimits:
     max_response_mb: float = 4.0  # the answer's size; attention that could exceed it is refused (422)
     # /score's log-probabilities at once (tokens x target vocabulary x 8 bytes): its batches are cut to fit
     max_score_mb: float = 256.0
-    timeout_s: float = 30.0  # per request, waiting included: 504; a decode past it is stopped
+    # per request, its body (408 when not all sent by then) and waiting included: 504; a decode past it stops
+    timeout_s: float = 30.0
     max_tokens: int = 4096  # source subwords decoded together, over the requests batched
     queue_size: int = 64  # requests waiting to be decoded; beyond that: 503 with Retry-After
     retry_after_s: int = 1

@@ -102,13 +102,15 @@ def test_alignments_need_the_attention_of_the_torch_backend(toy, toy_run, tmp_pa
 
 @pytest.mark.parametrize("script", ["evaluate.py", "translate.py", "score.py"])
 def test_an_alignment_layer_out_of_range_is_refused_before_decoding(toy, toy_run, tmp_path, script):
-    out = tmp_path / "test.hyp"
+    """Refused before the text is even read: the text named here does not exist."""
     args = [f"checkpoint={toy_run.checkpoints / 'last.pt'}", "alignments=true", "alignment_layer=7"]
-    args += [f"eval.out={out}"] if script == "evaluate.py" else []
-    proc = toy.script(script, *args, cwd=tmp_path, stdin="ka lo\n")
+    missing = tmp_path / "missing"
+    text = [f"eval.src={missing}", f"eval.ref={missing}"]
+    text = [f"input={missing}"] if script == "translate.py" else text
+    proc = toy.script(script, *args, *text, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error: alignment_layer=7 out of range: the model")
-    assert not out.exists() and not proc.stdout
+    assert not proc.stdout
 
 
 def test_compare_alignments_script_scores_every_reading(toy, toy_run, text, tmp_path):

@@ -2,10 +2,11 @@
 ``GET /metrics`` and the page at ``GET /``, over one :class:`~nmt.translator.Translator` (the same path
 as ``translate.py``, so the same input gets the same output).
 
-A request is checked before it costs anything (:mod:`nmt.serve.limits`): its media type, its size as
-declared and as read, its JSON, its fields, the output length and attention it may ask for. It then
-waits in the queue (:mod:`nmt.serve.batcher`) for a worker process (:mod:`nmt.serve.workers`) until
-``serve.timeout_s``; a request whose client left is dropped there, undecoded.
+A request is checked before it costs anything (:mod:`nmt.serve.limits`): its Host (with
+``allowed_hosts``), its media type, its size as declared and as read, the time its body takes, its JSON,
+its fields, the output length and attention it may ask for. It then waits in the queue
+(:mod:`nmt.serve.batcher`) for a worker process (:mod:`nmt.serve.workers`) until ``serve.timeout_s``; a
+request whose client left is dropped there, undecoded.
 """
 
 from __future__ import annotations
