@@ -4,7 +4,9 @@
 ``POST /translate`` with ``{"text": ["..."], "beam_size": 5, "nbest": 1, "attention": false}``, ``GET
 /health``, ``GET /info``, ``GET /metrics`` (Prometheus), and a page at ``GET /``
 (http://127.0.0.1:8000/). ``checkpoint=[a.pt,b.pt]`` serves an ensemble. Limits, batching and the
-worker processes: ``serve.*`` (nmt.config.ServerLimits); docs/serving.md says how to deploy it.
+worker processes: ``serve.*`` (nmt.config.ServerLimits); docs/serving.md says how to deploy it. Only
+requests whose Host is the bound address or a name of localhost are answered unless
+``serve.allowed_hosts`` names others. Ctrl-C finishes the requests in flight, then stops.
 """
 
 import uvicorn
@@ -12,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
 from nmt.config import SERVE_RULES, check_values
-from nmt.serve import create_app
+from nmt.serve import create_app, trusted_hosts
 from nmt.serve.work import TranslatorSpec
 
 
@@ -22,10 +24,19 @@ def main(cfg: DictConfig) -> None:
     check_values(cfg, SERVE_RULES)
     spec = TranslatorSpec(cfg.checkpoint, cfg.device, cfg.backend, cfg.ct2_model)
     translator = spec.load()
-    app = create_app(translator, cfg.serve, translator.decoding_with(cfg.decoding), spec, cfg.alignment_layer)
-    print(f"serving on http://{cfg.host}:{cfg.port}/ (Ctrl-C stops)", flush=True)
+    hosts = trusted_hosts(cfg.serve.allowed_hosts, cfg.host)
+    defaults = translator.decoding_with(cfg.decoding)
+    app = create_app(translator, cfg.serve, defaults, spec, cfg.alignment_layer, hosts)
+    print(f"serving on http://{cfg.host}:{cfg.port}/ for Host {', '.join(hosts)} (Ctrl-C stops)", flush=True)
     # The access log is the service's own (logger nmt.serve.access: status, sentences, milliseconds).
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
+    uvicorn.run(
+        app,
+        host=cfg.host,
+        port=cfg.port,
+        log_level="warning",
+        access_log=False,
+        limit_concurrency=cfg.serve.max_connections,
+    )
 
 
 if __name__ == "__main__":

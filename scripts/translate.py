@@ -31,6 +31,7 @@ def main(cfg: DictConfig) -> None:
     decoding = translator.decoding_with(cfg.decoding)
     if cfg.alignments:
         translator.require_attention("alignments=true")
+        translator.check_alignment_layer(cfg.alignment_layer)
     if cfg.prefix_file and not Path(cfg.prefix_file).is_file():
         raise NMTError(f"prefix_file={cfg.prefix_file}: no such file")
     with contextlib.ExitStack() as files:

@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from serve_fakes import failing_factory, fake_factory
@@ -15,7 +16,7 @@ from serve_fakes import failing_factory, fake_factory
 from nmt.errors import NMTError
 from nmt.serve.batcher import Batcher, QueueFull
 from nmt.serve.telemetry import ServiceMetrics
-from nmt.serve.workers import Refused, Worker, WorkerTimeout
+from nmt.serve.workers import Refused, ServerStopping, Worker, WorkerTimeout
 
 
 def sample(metrics: ServiceMetrics, name: str, **labels: str) -> float:
@@ -169,6 +170,48 @@ def test_a_crash_while_decoding_fails_the_batch_and_the_worker_comes_back(batche
         return await answer(batcher, [[2]])
 
     assert run(batcher, scenario)[0] == [[2]]
+
+
+def test_ctrl_c_leaves_a_worker_to_finish_its_batch(batcher):
+    """SIGINT reaches every process of the terminal's group: the server handles it, the worker ignores
+    it and answers the batch it holds."""
+
+    async def scenario():
+        return await answer(batcher, [[3]], {"interrupt": True, "sleep": 0.3})
+
+    assert run(batcher, scenario)[0] == [[3]]
+
+
+def test_the_jobs_a_stopping_server_holds_are_told_to_retry():
+    """The batch a worker holds when the server stops and the jobs still queued get ServerStopping (503
+    with Retry-After), not a worker failure (500)."""
+    batcher = make_batcher()
+
+    async def main():
+        await batcher.start()
+        loop = asyncio.get_running_loop()
+        held = batcher.submit([[1]], "slow", {"sleep": 1.0}, loop.time() + 30)
+        await asyncio.sleep(0.3)  # the worker has it
+        queued = batcher.submit([[2]], "other", {}, loop.time() + 30)
+        await batcher.stop()
+        return held, queued
+
+    held, queued = asyncio.run(main())
+    for job in (held, queued):
+        assert isinstance(job.future.exception(), ServerStopping), job.future.exception()
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="POSIX named semaphores live in /dev/shm")
+def test_a_worker_stopped_for_a_timeout_leaves_no_semaphore_in_dev_shm():
+    """tqdm's default lock is a multiprocessing lock: a named semaphore that a killed worker process
+    would leave in /dev/shm until the server exits."""
+    worker = Worker(fake_factory, threads=1, name="worker 0")
+    worker.start()
+    try:
+        names = asyncio.run(worker.run([([[1]], {"tqdm": True})], 30))[0]
+    finally:
+        worker.kill()
+    assert not [name for name in names if Path(f"/dev/shm/sem.{name.lstrip('/')}").exists()], names
 
 
 def test_two_workers_decode_two_batches_at_once():

@@ -12,10 +12,12 @@ from omegaconf import OmegaConf
 from nmt.config import (
     DECODING_RULES,
     NON_NEGATIVE,
+    SERVE_RULES,
     DecodingConfig,
     DecodingOverrides,
     check_decoding,
     check_train_config,
+    check_values,
     merge_decoding,
     option,
     overrides_of,
@@ -182,3 +184,25 @@ def test_scripts_that_decode_a_split_refuse_what_only_evaluate_does(compose_cfg,
     compose_cfg(script, "checkpoint=x.pt", "data.split=valid", "eval.src=a.en", "eval.ref=a.de")
     with pytest.raises(ConfigCompositionException, match=key.split("=")[0]):
         compose_cfg(script, "checkpoint=x.pt", key)
+
+
+def test_the_hosts_the_service_answers(compose_cfg):
+    """serve.allowed_hosts as Starlette's TrustedHostMiddleware matches them (a port never matches), and
+    its default: the bound address and the names of localhost."""
+    cfg = OmegaConf.to_object(compose_cfg("serve", "checkpoint=x.pt", "serve.allowed_hosts=[mt.example.com]"))
+    check_values(cfg, SERVE_RULES)
+    for bad in ("mt.example.com:8000", "*example.com", "a.*.com", "", " x"):
+        cfg.serve.allowed_hosts = ["localhost", bad]
+        with pytest.raises(NMTError, match=r"^serve.allowed_hosts=.*: must be host names without ports"):
+            check_values(cfg, SERVE_RULES)
+    for good in (["*"], ["*.example.com", "[::1]", "10.0.0.5"]):
+        cfg.serve.allowed_hosts = good
+        check_values(cfg, SERVE_RULES)
+    pytest.importorskip("fastapi")
+    from nmt.serve import trusted_hosts
+
+    assert trusted_hosts([], "127.0.0.1") == ["127.0.0.1", "localhost", "[::1]"]
+    assert trusted_hosts([], "10.0.0.5") == ["10.0.0.5", "localhost", "127.0.0.1", "[::1]"]
+    assert trusted_hosts([], "::1") == ["[::1]", "localhost", "127.0.0.1"]
+    assert trusted_hosts(["*"], "0.0.0.0") == ["*"]
+    assert trusted_hosts([], "0.0.0.0")[:3] == ["localhost", "127.0.0.1", "[::1]"]

@@ -20,7 +20,7 @@ from nmt.config import (
     option,
 )
 from nmt.errors import NMTError
-from nmt.serve.requests import SERVER_SIDE, BadRequest, parse_request, request_model
+from nmt.serve.requests import SERVER_SIDE, BadRequest, parse_request, parse_score, request_model
 
 LIMITS = ServerLimits(max_sentences=3, max_chars=20, max_beam_size=6)
 
@@ -72,6 +72,23 @@ def test_what_is_not_a_json_object_is_a_400(body, message):
 def test_a_wrongly_typed_field_is_a_422_naming_it(payload, field):
     status, body = refused(payload)
     assert status == 422 and body["field"] == field and body["error"].startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b'{"text": ["a"], "max_len_b": ' + b"9" * 5000 + b"}", "max_len_b"),
+        (b'{"text": ["a"], "beam_size": -' + b"1" * 4301 + b"}", "beam_size"),
+        (b'{"text": ["a", ' + b"7" * 4400 + b"]}", "text.1"),
+    ],
+)
+def test_an_integer_too_long_for_python_is_a_422_naming_its_field(body, field):
+    """JSON integers of more than 4,300 digits, which Python refuses to convert (a ValueError)."""
+    assert refused(body)[0] == 422 and refused(body)[1]["field"] == field
+    score = body.replace(b'["a"]', b'["a"], "target": ["b"]')
+    with pytest.raises(BadRequest) as e:
+        parse_score(score, LIMITS)
+    assert (e.value.status, e.value.field) == (422, field)
 
 
 def test_an_unknown_field_is_named():

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
 from nmt.config import DecodingConfig, ServerLimits
+from nmt.decoding.common import length_budget
+from nmt.errors import NMTError
 from nmt.serve.limits import (
     BadRequest,
     attention_bytes,
@@ -16,11 +19,14 @@ from nmt.serve.limits import (
     check_content_type,
     check_depth,
     check_output_length,
+    check_score_memory,
     check_scores,
     check_text,
     declared_length,
     json_depth,
+    output_budget,
     read_body,
+    score_batch_tokens,
 )
 
 LIMITS = ServerLimits(max_output_tokens=50, max_response_mb=1.0)
@@ -69,11 +75,36 @@ def test_a_streamed_body_is_read_no_further_than_the_limit():
             read.append(1)
             yield b"x" * 100
 
-    assert asyncio.run(read_body(chunks(3), 300)) == b"x" * 300
+    assert asyncio.run(read_body(chunks(3), 300, 30)) == b"x" * 300
     read.clear()
     with pytest.raises(BadRequest) as e:
-        asyncio.run(read_body(chunks(10**6), 1000))
+        asyncio.run(read_body(chunks(10**6), 1000, 30))
     assert e.value.status == 413 and len(read) == 11  # one chunk past the limit, not a million
+
+
+def test_a_body_not_all_sent_within_the_timeout_is_a_408_that_closes_the_connection():
+    """A slow-loris client: Content-Length 200, 10 bytes sent, then nothing."""
+
+    async def trickle():
+        yield b"x" * 10
+        await asyncio.sleep(3600)
+        yield b"x" * 190
+
+    started = time.monotonic()
+    with pytest.raises(BadRequest) as e:
+        asyncio.run(read_body(trickle(), 1000, 0.3))
+    assert (e.value.status, e.value.field) == (408, "body") and "serve.timeout_s=0.3" in e.value.message
+    assert e.value.headers == {"Connection": "close"} and time.monotonic() - started < 2
+
+
+def test_score_batches_are_cut_to_keep_their_log_probabilities_within_the_limit():
+    limits = ServerLimits(max_score_mb=64.0)
+    assert score_batch_tokens(limits, 32_000, 8000) == 262  # 64 MiB / (32,000 x 8 bytes)
+    assert score_batch_tokens(limits, 100, 8000) == 8000  # decoding.max_tokens, when it fits
+    assert score_batch_tokens(ServerLimits(max_score_mb=1e-9), 32_000, 8000) == 1
+    check_score_memory(limits, 32_000, 255)  # 256 x 32,000 x 8 bytes = 62.5 MiB
+    with pytest.raises(NMTError, match=r"^serve.max_score_mb=64: scoring one translation of 511 subwords"):
+        check_score_memory(limits, 32_000, 511)
 
 
 @pytest.mark.parametrize(
@@ -108,6 +139,18 @@ def test_outputs_longer_than_the_limit_are_refused_naming_what_allows_them():
     huge = DecodingConfig(max_len_a=1e308, max_len_b=10)
     assert refused(check_output_length, [1], huge, LIMITS, 255, {"max_len_a", "max_len_b"})[1] == "max_len_a"
     check_output_length([40], DecodingConfig(max_len_b=10**9), LIMITS, 49, {"max_len_b"})  # the model's cap
+
+
+@pytest.mark.parametrize(("a", "b"), [(1e308, 10), (1.0, 10**400), (1e308, 10**4000)], ids=["a", "b", "both"])
+def test_huge_finite_lengths_are_computable_and_the_models_cap_holds(a, b):
+    """Values within the rules but beyond a float (1e308 * 2, 10**400) cap at the model's positions,
+    in the service's check as in the search's budget (no OverflowError)."""
+    decoding = DecodingConfig(max_len_a=a, max_len_b=b)
+    assert output_budget(30, decoding, 49) == 49 and length_budget(31, a, b, 49) == 49
+    check_output_length([30], decoding, LIMITS, 49, {"max_len_a", "max_len_b"})
+    status, field, message = refused(check_output_length, [30], decoding, LIMITS, 255, {"max_len_b"})
+    assert (status, field) == (422, "max_len_b") and "allow 255 target subwords" in message
+    assert length_budget(3, 1.5, 2, 49) == 6 and length_budget(0, 0.0, 0, 49) == 1  # unchanged
 
 
 def test_scores_must_stay_finite_numbers():

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import json
 import logging
 import os
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,89 @@ def test_the_service_answers_through_the_translator_whatever_the_backend(transla
     assert info == {**other.info(), "decoding": asdict(decoding), "limits": asdict(limits)}
 
 
+def test_one_sentence_of_a_served_batch_cannot_fail_the_others(translator):
+    """Requests batched together by the service (same settings, same prefixes): an empty source with a
+    prefix and attention is answered beside the others, and a request the backend refuses gets its
+    refusal alone while the others of its batch are translated."""
+    from nmt.serve.work import TranslateSettings, translate_batch
+
+    decoding = replace(DECODING, nbest=1)
+    prefix = translator.encode_targets(["die"])
+    settings = TranslateSettings(decoding, attention=True, prefixes=prefix)
+    items = [(translator.encode(["the cat sees it"]), settings), (translator.encode([""]), settings)]
+    cat, empty = [json.loads(r.translations) for r in translate_batch(translator, 10**7, items)]
+    assert cat[0]["text"].startswith("die") and empty[0]["text"].startswith("die")
+    assert empty[0]["attention"]["source_tokens"] == ["</s>"]
+
+    class Picky:
+        """The torch backend, refusing any batch with the source it is given."""
+
+        name = "picky"
+
+        def __init__(self, inner, bad):
+            self.inner, self.bad = inner, bad
+
+        def translate_ids(self, sources, cfg, progress=False, **kwargs):
+            if self.bad in [list(s) for s in sources]:
+                raise NMTError("decoding.beam_size=2: this source is refused")
+            return self.inner.translate_ids(sources, cfg, progress, **kwargs)
+
+    ids = translator.encode(["the cat sees it", "the dog sees us", "the bird sees me"])
+    backend = Picky(translator.backend, ids[1])
+    picky = Translator(translator.model, translator.tokenizer, translator.cfg, backend)
+    plain = TranslateSettings(decoding)
+    results = translate_batch(picky, 10**7, [([ids[0]], plain), ([ids[1]], plain), ([ids[2]], plain)])
+    assert [r.refused for r in results] == [None, "decoding.beam_size=2: this source is refused", None]
+    texts = [json.loads(r.translations)[0]["text"] for r in (results[0], results[2])]
+    assert texts == translator.translate(["the cat sees it", "the bird sees me"], decoding)
+
+
+def test_an_alignment_layer_the_model_lacks_is_refused_before_anything_is_decoded(translator):
+    """The service refuses to start with it (the page asks for alignments with every translation)."""
+    pytest.importorskip("fastapi")
+    from nmt.serve import create_app
+
+    for layer in (None, 0, -1):  # tiny_transformer: one decoder layer
+        translator.check_alignment_layer(layer)
+    for layer in (1, -2):
+        with pytest.raises(NMTError, match=rf"^alignment_layer={layer} out of range: the model has 1 "):
+            translator.check_alignment_layer(layer)
+    decoding = translator.decoding_with(DecodingOverrides())
+    with pytest.raises(NMTError, match=r"^alignment_layer=3 out of range"):
+        create_app(translator, ServerLimits(), decoding, alignment_layer=3)
+    other = Translator(translator.model, translator.tokenizer, translator.cfg, Recorder())
+    other.check_alignment_layer(3)  # no attention weights, no alignments: nothing to refuse
+
+
+def test_score_requests_are_scored_in_batches_within_serve_max_score_mb(translator, monkeypatch):
+    """/score holds tokens x target vocabulary log-probabilities at once: its batches are cut to
+    serve.max_score_mb whatever decoding.max_tokens says, and a limit too small for one translation
+    stops the service at start."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from nmt.serve import create_app
+
+    vocab, decoding = translator.tokenizer.tgt_vocab_size, translator.decoding_with(DecodingOverrides())
+    limits = ServerLimits(max_score_mb=40 * vocab * 8 / 2**20)  # 40 tokens' log-probabilities
+    seen, score_ids = [], translator.backend.score_ids
+
+    def recorded(sources, targets, max_tokens):
+        seen.append(max_tokens)
+        return score_ids(sources, targets, max_tokens)
+
+    monkeypatch.setattr(translator.backend, "score_ids", recorded)
+    with TestClient(create_app(translator, limits, decoding)) as client:
+        pairs = {"text": ["the cat sees it near the house"] * 6, "target": ["die Katze sieht es"] * 6}
+        response = client.post("/score", json=pairs)
+    assert response.status_code == 200, response.text
+    assert set(seen) == {40} and decoding.max_tokens > 40 and response.json()["decoding"] == asdict(decoding)
+    expected = translator.score(pairs["text"], pairs["target"], decoding)
+    assert [s["log_prob"] for s in response.json()["scores"]] == pytest.approx([s.log_prob for s in expected])
+    with pytest.raises(NMTError, match=r"^serve.max_score_mb=.*: scoring one translation of 31 subwords"):
+        create_app(translator, ServerLimits(max_score_mb=8 * vocab * 8 / 2**20), decoding)
+
+
 def test_load_backend_checks_its_settings(translator):
     model, tokenizer = translator.model, translator.tokenizer
     assert isinstance(load_backend("torch", None, model, tokenizer, CPU, 32, ("src", "tgt")), TorchBackend)
@@ -265,7 +349,10 @@ def test_attention_of_a_hypothesis_per_layer_and_head(translator):
     with pytest.raises(NMTError, match="^heads must be one of"):
         cross.panels(-1, "max")
     with pytest.raises(NMTError, match="source is empty"):
-        translator.attention("  ", hyp)
+        translator.attention("  ", [])
+    empty = translator.attention("  ", hyp)  # an empty source continued from a target prefix
+    assert empty.source_tokens == ["</s>"] and empty.weights.shape == (1, 2, len(hyp) + 1, 1)
+    torch.testing.assert_close(empty.weights, torch.ones_like(empty.weights))
 
 
 # ------------------------------------------------------------------------------------ ensembles

@@ -494,12 +494,20 @@ class ServerLimits:
     # target subwords one sentence may get: a request whose max_len_a/max_len_b allow more gets 422
     max_output_tokens: int = 256
     max_response_mb: float = 4.0  # the answer's size; attention that could exceed it is refused (422)
-    timeout_s: float = 30.0  # per request, waiting included: 504; a decode past it is stopped
+    # /score's log-probabilities at once (tokens x target vocabulary x 8 bytes): its batches are cut to fit
+    max_score_mb: float = 256.0
+    # per request, its body (408 when not all sent by then) and waiting included: 504; a decode past it stops
+    timeout_s: float = 30.0
     max_tokens: int = 4096  # source subwords decoded together, over the requests batched
     queue_size: int = 64  # requests waiting to be decoded; beyond that: 503 with Retry-After
     retry_after_s: int = 1
     workers: int = 0  # decoding processes; 0 = one per CPU core the server may use (1 on a GPU)
     threads: int = 1  # intra-op threads of each worker process
+    # open connections (a new one included) and requests at once (uvicorn's limit_concurrency): beyond, 503
+    max_connections: int = 128
+    # Host headers answered (others: 400), against DNS rebinding: names ("example.com"), "*.example.com",
+    # or "*" (any: behind a proxy that checks Host); [] = the bound host= and localhost names
+    allowed_hosts: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -826,15 +834,31 @@ SERVE_RULES: dict[str, Rule] = {
             "max_beam_size",
             "max_output_tokens",
             "max_response_mb",
+            "max_score_mb",
             "timeout_s",
             "max_tokens",
             "queue_size",
             "retry_after_s",
             "threads",
+            "max_connections",
         )
     },
     "serve.workers": NON_NEGATIVE,
+    "serve.allowed_hosts": (
+        lambda hosts: all(valid_host_pattern(h) for h in hosts),
+        "must be host names without ports: 'example.com', '*.example.com' or '*' (any)",
+    ),
 }
+
+
+def valid_host_pattern(pattern: Any) -> bool:
+    """A Host pattern as Starlette's TrustedHostMiddleware matches it: a name or address (IPv6 in
+    brackets), ``*.domain`` or ``*``; never a port, which the Host header's match leaves out."""
+    if not isinstance(pattern, str) or not pattern or pattern != pattern.strip() or "*" in pattern[1:]:
+        return False
+    if ":" in pattern and not (pattern.startswith("[") and pattern.endswith("]")):
+        return False
+    return pattern == "*" or not pattern.startswith("*") or pattern.startswith("*.")
 
 
 POSITIONALS = ("sinusoidal", "learned", "rope")

@@ -84,6 +84,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     )
     if cfg.alignments:
         translator.require_attention("alignments=true")  # before the decode
+        translator.check_alignment_layer(cfg.alignment_layer)
     decoding = translator.decoding_with(cfg.decoding)
     sources, refs, test_name = evaluation_text(cfg, translator.cfg)
     prefixes = None

@@ -68,6 +68,8 @@ def score_corpus(cfg: ScoreConfig) -> ScoreRun:
         cfg.checkpoint, select_device(cfg.device), cfg.backend, cfg.ct2_model
     )
     decoding = translator.decoding_with(cfg.decoding)
+    if cfg.alignments:
+        translator.check_alignment_layer(cfg.alignment_layer)  # before the corpus is read and scored
     sources, targets, name = evaluation_text(cfg, translator.cfg)
     if cfg.alignments and not translator.has_attention:
         raise NMTError(

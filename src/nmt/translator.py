@@ -367,11 +367,12 @@ class Translator:
 
     def attention(self, source: str | Sequence[int], target: Sequence[int]) -> CrossAttention:
         """Where the model looks (cross-attention of every decoder layer and head) while it produces the
-        target ids (a hypothesis' tokens) from ``source``: a line, or its ids from :meth:`encode`."""
+        target ids (a hypothesis' tokens) from ``source``: a line, or its ids from :meth:`encode`. An
+        empty source continued from a target prefix has its attention, all of it on the source's EOS."""
         if not isinstance(self.backend, TorchBackend):
             raise NMTError(f"the {self.backend.name} backend has no attention weights; use backend=torch")
         src_ids = self.encode([source])[0] if isinstance(source, str) else list(source)
-        if not src_ids:
+        if not src_ids and not target:
             raise NMTError("the source is empty: nothing was translated, no attention to show")
         return self.backend.attention(src_ids, list(target))
 
@@ -381,6 +382,12 @@ class Translator:
         if not self.has_attention:
             name = self.backend.name
             raise NMTError(f"{what}: the {name} backend has no attention weights; use backend=torch")
+
+    def check_alignment_layer(self, layer: int | None) -> None:
+        """Refuse ``alignment_layer`` (NMTError, one line) when the model has no such decoder layer,
+        before anything is decoded; a backend without attention weights gives no alignments to check."""
+        if self.has_attention:
+            resolve_layer(layer, self.attentions([[]], [[]], 1)[0].weights.size(0))
 
     def attentions(
         self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_tokens: int

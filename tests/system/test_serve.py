@@ -404,7 +404,7 @@ def peak_rss_kb(pid: int) -> int:
 
 def send_large_body(port: int, size: int, chunked: bool) -> int:
     """POST ``size`` bytes (declared, or chunked without a length) until the server answers; its status."""
-    head = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     head += b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Content-Length: %d\r\n\r\n" % size
     block = b"[" * (1 << 20)
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:

@@ -100,6 +100,19 @@ def test_alignments_need_the_attention_of_the_torch_backend(toy, toy_run, tmp_pa
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("script", ["evaluate.py", "translate.py", "score.py"])
+def test_an_alignment_layer_out_of_range_is_refused_before_decoding(toy, toy_run, tmp_path, script):
+    """Refused before the text is even read: the text named here does not exist."""
+    args = [f"checkpoint={toy_run.checkpoints / 'last.pt'}", "alignments=true", "alignment_layer=7"]
+    missing = tmp_path / "missing"
+    text = [f"eval.src={missing}", f"eval.ref={missing}"]
+    text = [f"input={missing}"] if script == "translate.py" else text
+    proc = toy.script(script, *args, *text, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: alignment_layer=7 out of range: the model")
+    assert not proc.stdout
+
+
 def test_compare_alignments_script_scores_every_reading(toy, toy_run, text, tmp_path):
     sources = read_lines(text / "test.src")
     (tmp_path / "gold.align").write_text(

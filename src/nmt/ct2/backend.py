@@ -85,6 +85,7 @@ from tqdm.auto import tqdm
 from nmt.config import DecodingConfig
 from nmt.ct2.format import file_digest, read_export_info, require_ctranslate2
 from nmt.decoding import Hypothesis, batch_source_tokens, hypothesis
+from nmt.decoding.common import length_budget as common_length_budget
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, PAD_ID
 from nmt.tokenizer import Tokenizer
@@ -390,4 +391,4 @@ class CT2Backend:
 
 def length_budget(src_len: int, cfg: DecodingConfig, limit: int) -> int:
     """Output tokens allowed before EOS, as :func:`nmt.decoding.max_lengths` (src_len counts EOS)."""
-    return max(1, min(limit, int(cfg.max_len_a * src_len + cfg.max_len_b)))
+    return common_length_budget(src_len, cfg.max_len_a, cfg.max_len_b, limit)

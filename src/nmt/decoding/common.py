@@ -39,8 +39,12 @@ def hypothesis(tokens: list[int], log_prob: float, cfg: DecodingConfig) -> Hypot
 
 
 def length_budget(src_len: int, a: float, b: int, limit: int) -> int:
-    """Output tokens allowed before EOS: a * src_len + b (src_len counts EOS), within ``limit``."""
-    return max(1, min(limit, int(a * src_len + b)))
+    """Output tokens allowed before EOS: a * src_len + b (src_len counts EOS), within ``limit``. Any
+    finite a and b >= 0 are computable: a huge one (1e308, 10**400) is the limit, never an overflow."""
+    if b >= limit:
+        return max(1, limit)
+    total = a * src_len + b  # b < limit: a float; inf when a * src_len overflows
+    return max(1, limit if not total < limit else int(total))
 
 
 def max_lengths(src: Tensor, a: float, b: int, limit: int) -> list[int]:

@@ -2,10 +2,11 @@
 ``GET /metrics`` and the page at ``GET /``, over one :class:`~nmt.translator.Translator` (the same path
 as ``translate.py``, so the same input gets the same output).
 
-A request is checked before it costs anything (:mod:`nmt.serve.limits`): its media type, its size as
-declared and as read, its JSON, its fields, the output length and attention it may ask for. It then
-waits in the queue (:mod:`nmt.serve.batcher`) for a worker process (:mod:`nmt.serve.workers`) until
-``serve.timeout_s``; a request whose client left is dropped there, undecoded.
+A request is checked before it costs anything (:mod:`nmt.serve.limits`): its Host (with
+``allowed_hosts``), its media type, its size as declared and as read, the time its body takes, its JSON,
+its fields, the output length and attention it may ask for. It then waits in the queue
+(:mod:`nmt.serve.batcher`) for a worker process (:mod:`nmt.serve.workers`) until ``serve.timeout_s``; a
+request whose client left is dropped there, undecoded.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ import json
 import logging
 import os
 import re
+import socket
 from collections import OrderedDict
-from dataclasses import asdict, astuple
+from collections.abc import Sequence
+from dataclasses import asdict, astuple, replace
 from functools import partial
 from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
 
 from nmt.config import DecodingConfig, ServerLimits
@@ -35,9 +39,11 @@ from nmt.serve.limits import (
     check_attention_size,
     check_content_type,
     check_output_length,
+    check_score_memory,
     check_scores,
     declared_length,
     read_body,
+    score_batch_tokens,
 )
 from nmt.serve.requests import parse_request, parse_score
 from nmt.serve.telemetry import ServiceMetrics
@@ -49,7 +55,7 @@ from nmt.serve.work import (
     load_work,
     translate_batch,
 )
-from nmt.serve.workers import InlineWorker, Refused, Worker, WorkerFailed, WorkerTimeout
+from nmt.serve.workers import InlineWorker, Refused, ServerStopping, Worker, WorkerFailed, WorkerTimeout
 from nmt.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -63,16 +69,26 @@ def create_app(
     defaults: DecodingConfig,
     spec: TranslatorSpec | None = None,
     alignment_layer: int | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
     """The service; ``defaults`` are the decoding settings of a request that sets none, and
     ``alignment_layer`` the decoder layer of the word alignments asked for (None: the penultimate).
+    With ``allowed_hosts`` (:func:`trusted_hosts`) a request whose ``Host`` is none of them gets 400
+    (a page on a DNS-rebound name is same-origin with the service: Host is what tells it apart); an app
+    made in code without them, e.g. for a test client, answers any Host.
 
     With ``spec`` (how ``translator`` was built), ``serve.workers`` processes decode, each building
     its own Translator from it, and a batch past ``serve.timeout_s`` is stopped with its process.
     Without it (a Translator made in code) a thread of this process decodes: such a batch runs to its
-    end, while its requests get their 504 on time. NMTError when the backend cannot decode ``defaults``.
+    end, while its requests get their 504 on time. NMTError when the backend cannot decode ``defaults``
+    or the model has no decoder layer ``alignment_layer``.
     """
     check_defaults(translator, defaults, limits)
+    vocab = translator.tokenizer.tgt_vocab_size
+    check_score_memory(limits, vocab, translator.max_source)
+    # /score's batches: within decoding.max_tokens and serve.max_score_mb (the answers show ``defaults``)
+    scoring = replace(defaults, max_tokens=score_batch_tokens(limits, vocab, defaults.max_tokens))
+    translator.check_alignment_layer(alignment_layer)  # the page asks for alignments with each translation
     metrics = ServiceMetrics()
     max_body, max_response = limits.max_body_kb * 1024, int(limits.max_response_mb * 2**20)
     batcher = Batcher(
@@ -92,6 +108,8 @@ def create_app(
             await batcher.stop()
 
     app = FastAPI(title="nmt translation service", lifespan=lifespan)
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False)
     app.state.batcher, app.state.metrics = batcher, metrics
     page = resources.files("nmt.serve").joinpath("static/index.html").read_text(encoding="utf-8")
 
@@ -133,7 +151,7 @@ def create_app(
         try:
             check_content_type(request.headers.get("content-type"))
             declared_length(request.headers.get("content-length"), max_body)
-            parsed = parse_request(await read_body(request.stream(), max_body), limits)
+            parsed = parse_request(await read_body(request.stream(), max_body, limits.timeout_s), limits)
             answer.sentences = len(parsed.text)
             decoding = settings(translator, parsed.decoding(), defaults, accepts)
             check_scores(decoding, limits)
@@ -158,7 +176,7 @@ def create_app(
             if parsed.attention:
                 check_attention_size(lengths, decoding, limits, translator.max_source, model)
         except BadRequest as e:
-            return answer(e.status, e.body())
+            return answer(e.status, e.body(), e.headers)
         except ClientDisconnect:
             return answer(CLIENT_GONE, {"error": "the client left"})
         # requests with target prefixes share a search only with requests of the same prefixes
@@ -201,11 +219,15 @@ def create_app(
             return answer(504, {"error": message})
         except Refused as e:
             return answer(422, refusal(str(e)))
+        except ServerStopping as e:
+            return answer(503, {"error": str(e)}, {"Retry-After": str(limits.retry_after_s)})
         except WorkerFailed as e:
             return answer(500, {"error": f"{e}; it is being started again"})
         except Exception:  # noqa: BLE001 - a bug: logged with its traceback, the client gets a 500
             log.exception("translating a request failed")
             return answer(500, {"error": "internal error"})
+        if result.refused is not None:
+            return answer(422, refusal(result.refused))
         if result.translations is None:
             if result.size:
                 message = (
@@ -234,7 +256,7 @@ def create_app(
         try:
             check_content_type(request.headers.get("content-type"))
             declared_length(request.headers.get("content-length"), max_body)
-            parsed = parse_score(await read_body(request.stream(), max_body), limits)
+            parsed = parse_score(await read_body(request.stream(), max_body, limits.timeout_s), limits)
             answer.sentences = len(parsed.text)
             if parsed.alignments and not translator.has_attention:
                 raise BadRequest(
@@ -246,14 +268,29 @@ def create_app(
             except NMTError as e:
                 raise BadRequest(422, "target", str(e)) from None
         except BadRequest as e:
-            return answer(e.status, e.body())
+            return answer(e.status, e.body(), e.headers)
         except ClientDisconnect:
             return answer(CLIENT_GONE, {"error": "the client left"})
         key = ("score", astuple(defaults), parsed.alignments)
-        job_settings = ScoreSettings(defaults, targets, parsed.alignments, alignment_layer)
+        job_settings = ScoreSettings(scoring, targets, parsed.alignments, alignment_layer)
         return await finish(request, answer, ids, key, job_settings, deadline, "scores", defaults)
 
     return app
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+
+def trusted_hosts(configured: Sequence[str], bound: str) -> list[str]:
+    """The Host names answered: ``serve.allowed_hosts``, or by default the address the server is bound
+    to (``host=``) and the names of localhost (with ``host=0.0.0.0`` also this machine's name)."""
+    if configured:
+        return list(configured)
+    hosts = [f"[{bound}]" if ":" in bound else bound, *LOCAL_HOSTS]
+    if bound in ANY_ADDRESS:
+        hosts = [*LOCAL_HOSTS, socket.gethostname(), socket.getfqdn()]
+    return list(dict.fromkeys(h.lower() for h in hosts if h))
 
 
 class Reply:

@@ -27,7 +27,7 @@ from typing import Any
 
 from nmt.errors import NMTError
 from nmt.serve.telemetry import ServiceMetrics
-from nmt.serve.workers import Worker, WorkerFailed, WorkerTimeout
+from nmt.serve.workers import ServerStopping, Worker, WorkerFailed, WorkerTimeout
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,8 @@ class Batcher:
         self._update_gauges()
 
     async def stop(self) -> None:
-        """Stop the consumers and the worker processes; waiting jobs fail."""
+        """Stop the consumers and the worker processes; waiting jobs, and a batch a worker still holds,
+        fail with ServerStopping (503: retry)."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -96,7 +97,7 @@ class Batcher:
         while self.pending:
             job = self.pending.popleft()
             if not job.future.done():
-                job.future.set_exception(WorkerFailed("the server is stopping"))
+                job.future.set_exception(ServerStopping("the server is stopping; retry later"))
         self._update_gauges()
 
     @property
@@ -181,6 +182,9 @@ class Batcher:
             except WorkerTimeout as e:
                 self._fail(batch, e)
                 await self._restart(worker, "timeout")
+            except asyncio.CancelledError:  # stop(): the server stops before the batch is answered
+                self._fail(batch, ServerStopping("the server stopped before this was translated; retry"))
+                raise
             except Exception as e:  # noqa: BLE001 - handed to the waiting requests
                 self._fail(batch, e)
             else:

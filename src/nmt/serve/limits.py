@@ -8,27 +8,31 @@ The checks are on cheap upper bounds (the declared length, the bytes read so far
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from nmt.config import DecodingConfig, ServerLimits
+from nmt.errors import NMTError
 
 # The request is {"text": [...], ...}: two levels. Deeper JSON is refused before it is parsed, so the
 # parser's recursion (and its RecursionError past ~1000 levels) is never reached.
 MAX_JSON_DEPTH = 8
 # JSON text per attention weight: "0.1234, " and the brackets around each row.
 BYTES_PER_WEIGHT = 8
+# Scoring holds, per target token, the logits over the target vocabulary and their log-softmax (fp32).
+BYTES_PER_LOG_PROB = 8
 _JSON_SYNTAX = re.compile(rb'["\\\[\]{}]')
 
 
 class BadRequest(Exception):
     """A request refused with ``status``, naming the ``field`` at fault."""
 
-    def __init__(self, status: int, field: str, message: str):
+    def __init__(self, status: int, field: str, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.status, self.field, self.message = status, field, message
+        self.status, self.field, self.message, self.headers = status, field, message, headers
 
     def body(self) -> dict[str, str]:
         return {"error": f"{self.field}: {self.message}", "field": self.field}
@@ -59,9 +63,20 @@ def declared_length(header: str | None, max_bytes: int) -> int | None:
     return length
 
 
-async def read_body(chunks: AsyncIterator[bytes], max_bytes: int) -> bytes:
+async def read_body(chunks: AsyncIterator[bytes], max_bytes: int, timeout_s: float) -> bytes:
     """The body from its chunks (``request.stream()``), refused with 413 as soon as it passes
-    ``max_bytes``: at most ``max_bytes`` plus one chunk is ever held."""
+    ``max_bytes`` (at most ``max_bytes`` plus one chunk is ever held), and with 408 when it has not all
+    come within ``timeout_s`` (``serve.timeout_s``): a body sent slowly, or never finished, holds its
+    connection no longer. The 408 closes the connection, whose unread rest cannot be told from a next
+    request."""
+    try:
+        return await asyncio.wait_for(read_chunks(chunks, max_bytes), timeout_s)
+    except asyncio.TimeoutError:
+        message = f"not received within serve.timeout_s={timeout_s:g} s; send the whole body at once"
+        raise BadRequest(408, "body", message, {"Connection": "close"}) from None
+
+
+async def read_chunks(chunks: AsyncIterator[bytes], max_bytes: int) -> bytes:
     body = bytearray()
     async for chunk in chunks:
         body += chunk
@@ -117,7 +132,10 @@ def check_text(lines: Sequence[str], field: str = "text") -> None:
 
 def output_budget(src_len: int, decoding: DecodingConfig, model_limit: int) -> float:
     """The most target subwords the search may produce for a source of ``src_len`` subwords (and EOS):
-    ``max_len_a * (src_len + 1) + max_len_b``, and never more than the model's ``model_limit``."""
+    ``max_len_a * (src_len + 1) + max_len_b``, and never more than the model's ``model_limit`` (also for
+    values too large for a float: 1e308 * 2, 10**400)."""
+    if decoding.max_len_b >= model_limit:
+        return model_limit
     return min(model_limit, decoding.max_len_a * (src_len + 1) + decoding.max_len_b)
 
 
@@ -138,7 +156,9 @@ def check_output_length(
     if field == "text":
         message = f"a sentence of {longest} subwords may be translated into {budget:.0f}"
     else:
-        message = f"max_len_a={decoding.max_len_a:g}, max_len_b={decoding.max_len_b} allow {budget:.0f}"
+        b = decoding.max_len_b
+        b = b if b < 10**15 else f"a {len(str(b))}-digit number"
+        message = f"max_len_a={decoding.max_len_a:g}, max_len_b={b} allow {budget:.0f}"
         message += f" target subwords for a sentence of {longest}"
     raise BadRequest(422, field, f"{message}; the server makes at most {limit} (serve.max_output_tokens)")
 
@@ -187,4 +207,23 @@ def check_attention_size(
             f"the weights of {len(lengths)} sentence(s) could take {size / 2**20:.1f} MB, over "
             f"serve.max_response_mb={limits.max_response_mb:g}; ask for attention on fewer or shorter "
             "sentences",
+        )
+
+
+def score_batch_tokens(limits: ServerLimits, vocab: int, max_tokens: int) -> int:
+    """Tokens per ``/score`` batch: ``max_tokens`` (``decoding.max_tokens``), or fewer, so that the batch's
+    log-probabilities (tokens x ``vocab`` target subwords) stay within ``serve.max_score_mb`` however
+    many sentences the batched requests bring."""
+    fits = int(limits.max_score_mb * 2**20 // (vocab * BYTES_PER_LOG_PROB))
+    return max(1, min(max_tokens, fits))
+
+
+def check_score_memory(limits: ServerLimits, vocab: int, model_limit: int) -> None:
+    """Refuse (NMTError, at start) a ``serve.max_score_mb`` too small to score one translation of the
+    longest the model emits (``model_limit`` subwords and EOS), which a batch always holds."""
+    needed = (model_limit + 1) * vocab * BYTES_PER_LOG_PROB
+    if needed > limits.max_score_mb * 2**20:
+        raise NMTError(
+            f"serve.max_score_mb={limits.max_score_mb:g}: scoring one translation of {model_limit} subwords "
+            f"over {vocab} target subwords takes {needed / 2**20:.1f} MB; raise it"
         )

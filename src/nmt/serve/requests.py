@@ -121,12 +121,42 @@ def json_object(body: bytes) -> dict:
         raise BadRequest(400, "body", f"invalid UTF-8 at byte {e.start}") from None
     check_depth(body)
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=json_int)
     except json.JSONDecodeError as e:
         raise BadRequest(400, "body", f"not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     if not isinstance(data, dict):
         raise BadRequest(400, "body", 'a JSON object is expected, e.g. {"text": ["A sentence."]}')
+    if (found := find_huge(data)) is not None:
+        field, huge = found
+        raise BadRequest(422, field, f"an integer of {huge.digits} digits is not a value any field takes")
     return data
+
+
+class HugeInt:
+    """A JSON integer with more digits than Python converts to an int (``sys.get_int_max_str_digits``,
+    4,300): kept as its length, so that the field it was sent in can be named."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+
+def json_int(text: str) -> int | HugeInt:
+    try:
+        return int(text)
+    except ValueError:
+        return HugeInt(len(text.lstrip("-")))
+
+
+def find_huge(value: Any, path: str = "") -> tuple[str, HugeInt] | None:
+    """The first :class:`HugeInt` in ``value`` (at most :data:`MAX_JSON_DEPTH` levels) and where it is,
+    as a field name (``max_len_b``, ``text.1``)."""
+    if isinstance(value, HugeInt):
+        return path or "body", value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if (found := find_huge(item, f"{path}.{key}" if path else str(key))) is not None:
+            return found
+    return None
 
 
 def validate(model: type[BaseModel], data: dict) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 
 from nmt.config import DecodingConfig
 from nmt.devices import select_device
+from nmt.errors import NMTError
 from nmt.translator import Hypothesis, Translator, WordAlignment
 
 
@@ -62,12 +63,13 @@ class TranslatorSpec:
 @dataclass
 class JobResult:
     """One request's answer: ``translations``, a JSON array of one object per sentence, or None when that
-    would take more than the response limit (``size`` says how much it would take) or has a score that
-    is not a finite number (``size`` 0), which JSON cannot carry."""
+    would take more than the response limit (``size`` says how much it would take), has a score that
+    is not a finite number (``size`` 0), which JSON cannot carry, or was ``refused``."""
 
     translations: bytes | None
     size: int
     target_tokens: int  # subwords of the best translations
+    refused: str | None = None  # why this request, decoded alone, was refused (an NMTError)
 
 
 def load_work(spec: TranslatorSpec, max_bytes: int) -> Callable[[list[Item]], list[JobResult]]:
@@ -77,7 +79,23 @@ def load_work(spec: TranslatorSpec, max_bytes: int) -> Callable[[list[Item]], li
 
 def translate_batch(translator: Translator, max_bytes: int, items: list[Item]) -> list[JobResult]:
     """Decode the requests of ``items`` (one decoding setting) in one search, or score them
-    (:func:`score_batch`); per request, its answer."""
+    (:func:`score_batch`); per request, its answer. When the batch is refused (NMTError), each request
+    is done again alone, so that only the one at fault gets the refusal (``JobResult.refused``)."""
+    try:
+        return batch_results(translator, max_bytes, items)
+    except NMTError:
+        if len(items) == 1:
+            raise
+    results = []
+    for item in items:
+        try:
+            results += batch_results(translator, max_bytes, [item])
+        except NMTError as e:
+            results.append(JobResult(None, 0, 0, refused=str(e)))
+    return results
+
+
+def batch_results(translator: Translator, max_bytes: int, items: list[Item]) -> list[JobResult]:
     settings = items[0][1]
     if isinstance(settings, ScoreSettings):
         return score_batch(translator, max_bytes, items)

@@ -16,12 +16,15 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import signal
+import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
+from tqdm.std import tqdm
 
 from nmt.errors import NMTError
 
@@ -40,13 +43,25 @@ class WorkerTimeout(WorkerFailed):
     """The batch ran past its deadline: the worker was stopped and is started again."""
 
 
+class ServerStopping(WorkerFailed):
+    """The server stopped before the job was decoded: the client may retry (503)."""
+
+
 class Refused(Exception):
     """The work function refused the batch with an NMTError (settings the backend cannot decode)."""
 
 
 def worker_main(conn: Connection, factory: WorkFactory, threads: int) -> None:
     """The worker process: build the work function, say ready, then answer batch after batch until the
-    pipe closes (the server stopped) or a ``None`` arrives."""
+    pipe closes (the server stopped) or a ``None`` arrives.
+
+    Ctrl-C reaches every process of the terminal's process group, workers included: it is the server's
+    to handle (uvicorn finishes the requests in flight, then stops the workers), so a worker ignores it
+    and finishes the batch it holds. Progress bars get a thread lock instead of tqdm's default, a
+    multiprocessing lock whose named semaphore in /dev/shm would outlive a worker killed for a timeout
+    until the server exits."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tqdm.set_lock(threading.RLock())
     torch.set_num_threads(threads)
     try:
         work = factory()

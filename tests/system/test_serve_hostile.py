@@ -1,0 +1,218 @@
+"""The service as scripts/serve.py runs it, in a uvicorn process of its own, against hostile and careless
+clients: huge numbers are computed or refused naming the field, one sentence's trouble stays its own,
+a foreign Host is refused, a slow body is cut off at serve.timeout_s and connections are bounded, and
+Ctrl-C finishes the requests in flight."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from nmt.data import read_lines
+
+pytest.importorskip("fastapi")
+from nmt.serve.live import free_port  # noqa: E402
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+JSON = {"Content-Type": "application/json"}
+TIMEOUT_S = 3  # serve.timeout_s
+CONNECTIONS = 6  # serve.max_connections
+
+
+class Server:
+    """``scripts/serve.py`` in a session of its own: Ctrl-C goes to its process group, workers included,
+    as a terminal sends it."""
+
+    def __init__(self, proc: subprocess.Popen, port: int):
+        self.proc, self.port, self.url = proc, port, f"http://127.0.0.1:{port}"
+
+    def post(self, path: str, payload: dict | bytes, headers: dict | None = None) -> tuple[int, dict]:
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        request = urllib.request.Request(f"{self.url}{path}", body, {**JSON, **(headers or {})})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            text = e.read()
+            return e.code, json.loads(text) if e.headers.get("content-type") == "application/json" else {}
+
+    def raw(self, data: bytes, wait_s: float = 30) -> tuple[bytes, float]:
+        """Send ``data`` on a new connection; what comes back until the server closes it (or ``wait_s``
+        passes), and after how long."""
+        started, answer = time.monotonic(), b""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=wait_s) as s:
+            s.sendall(data)
+            try:
+                while chunk := s.recv(65536):
+                    answer += chunk
+            except TimeoutError:
+                pass
+        return answer, time.monotonic() - started
+
+    def interrupt(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+    def gone(self, within_s: float) -> bool:
+        """Whether every process of the server's group (server, workers, resource tracker) has exited."""
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return True
+            self.proc.poll()  # reap the server once it exits
+            time.sleep(0.1)
+        return False
+
+
+@pytest.fixture(scope="module")
+def start(toy, toy_run, tmp_path_factory) -> Iterator[Callable[..., Server]]:
+    started: list[Server] = []
+
+    def start_server(*overrides: str) -> Server:
+        port = free_port()
+        args = [f"checkpoint={toy_run.checkpoints / 'last.pt'}", f"port={port}", "device=cpu"]
+        args += ["serve.workers=1", f"serve.timeout_s={TIMEOUT_S}", f"serve.max_connections={CONNECTIONS}"]
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "scripts" / "serve.py"), *args, *overrides],
+            cwd=tmp_path_factory.mktemp("serve"),
+            env=toy.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        server = Server(proc, port)
+        started.append(server)
+        for _ in range(1200):
+            try:
+                if urllib.request.urlopen(f"{server.url}/health", timeout=5).status == 200:
+                    return server
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.1)
+        raise AssertionError("the server did not start")
+
+    yield start_server
+    for server in started:
+        if server.proc.poll() is None:
+            server.interrupt()
+            if not server.gone(30):
+                os.killpg(server.proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def server(start) -> Server:
+    # outputs up to the model's positions (63): a huge max_len_a or max_len_b is accepted and computed
+    return start("serve.max_output_tokens=100")
+
+
+@pytest.fixture(scope="module")
+def pairs(toy_text) -> tuple[list[str], list[str]]:
+    return read_lines(toy_text / "test.src")[:4], read_lines(toy_text / "test.tgt")[:4]
+
+
+def answered(server: Server, sources: list[str]) -> None:
+    status, body = server.post("/translate", {"text": sources})
+    assert status == 200 and len(body["translations"]) == len(sources), body
+
+
+def test_huge_finite_numbers_are_computed_or_refused_naming_the_field(server, pairs):
+    sources, refs = pairs
+    prefix = [refs[0].split()[0]]
+    for settings in ({"max_len_a": 1e308}, {"max_len_b": 10**400}, {"max_len_a": 1e308, "prefix": prefix}):
+        status, body = server.post("/translate", {"text": sources[:1], **settings})
+        assert status == 200 and body["translations"][0]["text"], (settings, body)
+    huge = b"9" * 5000  # more digits than Python converts to an int
+    for path, head in (("/translate", b'{"text": ["a"]'), ("/score", b'{"text": ["a"], "target": ["b"]')):
+        status, body = server.post(path, head + b', "max_len_b": ' + huge + b"}")
+        assert (status, body["field"]) == (422, "max_len_b"), body
+        assert server.post(path, b'{"text": ["a", ' + huge + b"]}")[1]["field"] == "text.1"
+    answered(server, sources)
+
+
+def test_an_empty_sentence_with_a_prefix_and_attention_fails_no_one(server, pairs):
+    """Requests with the same settings and prefixes share a search: the empty one is answered, and so
+    is the one beside it."""
+    sources, refs = pairs
+    prefix = [refs[0].split()[0]]
+    requests = [{"text": [text], "prefix": prefix, "attention": True} for text in ("", sources[0]) * 2]
+    with ThreadPoolExecutor(len(requests)) as pool:
+        answers = list(pool.map(lambda payload: server.post("/translate", payload), requests))
+    assert all(status == 200 for status, _ in answers), answers
+    empty = answers[0][1]["translations"][0]
+    assert empty["text"].startswith(prefix[0]) and empty["attention"]["source_tokens"] == ["</s>"]
+
+
+@pytest.mark.parametrize("path", ["/translate", "/info", "/health", "/"])
+def test_a_foreign_host_is_refused(server, path):
+    """A DNS-rebinding page reaches the service under its own name: only the bound address and the
+    names of localhost are answered by default."""
+    method = b"POST" if path == "/translate" else b"GET"
+    body = b'{"text": ["a"]}'
+    for host, status in ((b"rebind.attacker.example", b"400"), (b"localhost:%d" % server.port, b"200")):
+        request = b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, path.encode(), host)
+        request += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        answer, _ = server.raw(request + b"Connection: close\r\n\r\n" + body)
+        assert answer.split(b" ", 2)[1] == status, (host, answer[:200])
+
+
+def test_a_body_sent_slowly_is_cut_off_at_the_timeout(server, pairs):
+    """Content-Length 200, 10 bytes, then nothing: 408 at serve.timeout_s, and the connection closes."""
+    head = b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    answer, elapsed = server.raw(head + b"Content-Length: 200\r\n\r\n" + b'{"text": [', wait_s=TIMEOUT_S + 20)
+    assert answer.startswith(b"HTTP/1.1 408 ") and b'"field":"body"' in answer, answer
+    assert TIMEOUT_S - 0.5 < elapsed < TIMEOUT_S + 5  # answered, and closed, at the timeout
+    answered(server, pairs[0])
+
+
+def test_connections_beyond_the_limit_get_a_503(server, pairs):
+    held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(CONNECTIONS)]
+    try:
+        time.sleep(0.5)
+        answer, _ = server.raw(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 503 "), answer
+    finally:
+        for connection in held:
+            connection.close()
+    time.sleep(0.5)
+    answered(server, pairs[0])
+
+
+def test_ctrl_c_finishes_the_requests_in_flight(start, pairs):
+    """Ctrl-C reaches the server and its workers (one process group): the workers ignore it, the
+    requests being decoded and waiting are answered, then everything exits."""
+    server = start()
+    payload = {"text": pairs[0] * 4, "beam_size": 5, "nbest": 5}
+    statuses: list[tuple[float, int]] = []
+
+    def client() -> None:
+        while True:
+            try:
+                statuses.append((time.monotonic(), server.post("/translate", payload)[0]))
+            except (urllib.error.URLError, ConnectionError):
+                return  # the server no longer accepts connections
+
+    clients = [threading.Thread(target=client) for _ in range(3)]
+    for thread in clients:
+        thread.start()
+    time.sleep(2.0)  # the worker is busy, requests wait for it
+    interrupted = time.monotonic()
+    server.interrupt()
+    for thread in clients:
+        thread.join(120)
+    assert statuses and all(status == 200 for _, status in statuses), statuses
+    assert any(at > interrupted for at, _ in statuses)  # answered after Ctrl-C
+    assert server.gone(60)
