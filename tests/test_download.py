@@ -160,6 +160,20 @@ def test_a_truncated_gzip_is_refused(tmp_path, server, synthetic):
     assert nothing_cached(cfg)
 
 
+def test_a_gzip_bomb_stops_at_the_size_of_a_multi30k_file(tmp_path, server, synthetic):
+    url, root, _ = server
+    serve_gzipped(synthetic, root)
+    (root / "train.en.gz").write_bytes(
+        gzip.compress(bytes(download.MAX_BYTES + 1))
+    )  # 16 kB unzipping to 16 MB
+    cfg = config(tmp_path, url)
+    with pytest.raises(
+        NMTError, match=r"train.en.gz: unzips to more than 16 MB, far more than any Multi30k file"
+    ):
+        multi30k_dir(cfg)
+    assert nothing_cached(cfg)
+
+
 def test_offline_with_nothing_to_read_says_what_to_fetch_and_where(tmp_path, server):
     url, _, _ = server  # serves nothing: every file is a 404
     cfg = config(tmp_path, url)

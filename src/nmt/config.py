@@ -560,6 +560,9 @@ class PrepareSpeedConfig:
     )
     workdir: str = "outputs/benchmark_prepare/corpora"  # the corpora and their caches (GBs at 4.5M pairs)
     keep: bool = False  # keep each corpus and cache after it is measured
+    # also encode the prepared text with Hugging Face datasets (map(batched=True, num_proc=workers)) into
+    # its Arrow cache, with the same tokenizer: the library's way of doing the same work, timed beside ours
+    datasets_reference: bool = False
     output: str = "prepare_speed.json"
 
 

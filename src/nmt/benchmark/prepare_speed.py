@@ -99,6 +99,7 @@ def _prepare_in_a_fresh_process(cfg: PrepareSpeedConfig, folder: Path) -> dict[s
         "tgt_lang": cfg.tgt_lang,
         "workers": cfg.workers,
         "tokenizer": asdict(cfg.tokenizer),
+        "datasets_reference": cfg.datasets_reference,
     }
     started = time.perf_counter()
     done = subprocess.run(
@@ -114,7 +115,7 @@ def _prepare_in_a_fresh_process(cfg: PrepareSpeedConfig, folder: Path) -> dict[s
 def prepare_once(args: dict[str, Any]) -> dict[str, Any]:
     """Run in the fresh process: each stage of ``prepare_corpus`` timed, then this process's peak RSS
     (the SentencePiece trainer and the encoding workers are its children) and the cache's bytes."""
-    from nmt.data.corpus import prepare_corpus, prepare_text, text_path
+    from nmt.data.corpus import data_workers, prepare_corpus, prepare_text, text_path
     from nmt.tokenizer import train_tokenizer
 
     data_cfg = LocalDataConfig(
@@ -131,6 +132,9 @@ def prepare_once(args: dict[str, Any]) -> dict[str, Any]:
     data = prepare_corpus(data_cfg, tok_cfg, progress=False)  # the text and tokenizer are cached: encodes
     times.append(time.perf_counter())
     (trainer,) = [json.loads(p.read_text()) for p in root.glob("tokenizer-*/trainer.json")]
+    reference = {}
+    if args["datasets_reference"]:
+        reference = {"datasets_encode_s": _datasets_encode(root, tokenizer, src, tgt, data_workers(data_cfg))}
     cache = [p for p in Path(args["cache"]).rglob("*") if p.is_file() and "samples-" not in str(p)]
     return {
         "kept_pairs": len(data.splits["train"]),
@@ -144,17 +148,64 @@ def prepare_once(args: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "children_peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
         "cache_bytes": sum(p.stat().st_size for p in cache),
+        **reference,
     }
+
+
+_SP: dict[str, Any] = {}
+
+
+def _encode_batch(batch: dict[str, list[str]], protos: dict[str, bytes]) -> dict[str, list[list[int]]]:
+    import sentencepiece as spm
+
+    out = {}
+    for lang, lines in batch.items():
+        if lang not in _SP:
+            _SP[lang] = spm.SentencePieceProcessor(model_proto=protos[lang])
+        out[f"{lang}_ids"] = _SP[lang].encode(lines, out_type=int)
+    return out
+
+
+def _datasets_encode(root: Path, tokenizer: Any, src: str, tgt: str, workers: int) -> float:
+    """Seconds for Hugging Face datasets to encode the prepared training text into its Arrow cache:
+    ``Dataset.from_generator`` over the text, then ``map(batched=True, num_proc=workers)``."""
+    import datasets
+
+    from nmt.text_workers import text_lines
+
+    def pairs() -> Any:
+        for a, b in zip(text_lines([root / f"train.{src}.gz"]), text_lines([root / f"train.{tgt}.gz"])):
+            yield {src: a, tgt: b}
+
+    started = time.perf_counter()
+    cache = root.parent / "datasets-reference"
+    table = datasets.Dataset.from_generator(pairs, cache_dir=str(cache))
+    src_proto, tgt_proto = tokenizer.protos
+    table.map(
+        _encode_batch,
+        batched=True,
+        batch_size=1000,
+        num_proc=workers if workers > 1 else None,
+        fn_kwargs={"protos": {src: src_proto, tgt: tgt_proto or src_proto}},
+        remove_columns=[src, tgt],
+    )
+    seconds = time.perf_counter() - started
+    shutil.rmtree(cache, ignore_errors=True)
+    return seconds
 
 
 def format_row(row: dict[str, Any]) -> str:
     n = row["pairs"]
     rate = n / (row["text_s"] + row["encode_s"])
+    reference = ""
+    if "datasets_encode_s" in row:
+        seconds = row["datasets_encode_s"]
+        reference = f"   datasets: {seconds:.0f} s ({seconds / row['encode_s']:.1f}x enc s)"
     return (
         f"{n:>10,} {_minutes(row['wall_s']):>7} {rate:>10,.0f} {row['text_s']:>7.0f} {row['encode_s']:>7.0f} "
         f"{row['trainer_s']:>6.0f} s {row['trainer_peak_rss_bytes'] / 1e9:>5.2f} GB "
         f"{row['peak_rss_bytes'] / 1e9:>7.2f} GB {row['peak_rss_bytes'] / n:>8,.0f} "
-        f"{row['cache_bytes'] / n:>8,.0f}"
+        f"{row['cache_bytes'] / n:>8,.0f}{reference}"
     )
 
 

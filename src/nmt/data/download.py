@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.client
+import io
 import logging
 import urllib.error
 import urllib.request
@@ -38,6 +39,7 @@ MULTI30K_FILES = {
 }
 LANGS = ("en", "de")
 TIMEOUT_S = 60  # per connection attempt and read: a stalled server fails instead of hanging
+MAX_BYTES = 16 << 20  # of a file, gzip'd or not: the largest Multi30k text is 2.1 MB (a bomb stops here)
 
 
 def multi30k_dir(cfg: Multi30kDataConfig, progress: bool = False) -> Path:
@@ -77,12 +79,16 @@ def _fetch(url: str, cfg: Multi30kDataConfig, cache: Path, progress: bool) -> by
             with tqdm(
                 total=expected, unit="B", unit_scale=True, desc=url.rsplit("/", 1)[-1], disable=not progress
             ) as bar:
-                while chunk := response.read(1 << 16):
+                while (chunk := response.read(1 << 16)) and bar.n <= MAX_BYTES:
                     chunks.append(chunk)
                     bar.update(len(chunk))
     except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
         raise NMTError(_offline_message(cfg, cache, url, e)) from None
     body = b"".join(chunks)
+    if len(body) > MAX_BYTES:
+        raise NMTError(
+            f"{url}: more than {MAX_BYTES >> 20} MB, far more than any Multi30k file; nothing was cached"
+        )
     if expected is not None and len(body) < expected:
         raise NMTError(
             f"{url}: the transfer stopped after {len(body):,} of {expected:,} bytes; nothing was cached, "
@@ -104,11 +110,18 @@ def _offline_message(cfg: Multi30kDataConfig, cache: Path, url: str, error: Exce
 
 def _gunzip(url: str, data: bytes) -> bytes:
     try:
-        return gzip.decompress(data)
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            text = f.read(MAX_BYTES + 1)
     except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError; a cut stream an EOFError
         raise NMTError(
             f"{url}: not a complete gzip file ({e}); nothing was cached, run again to retry"
         ) from None
+    if len(text) > MAX_BYTES:
+        raise NMTError(
+            f"{url}: unzips to more than {MAX_BYTES >> 20} MB, far more than any Multi30k file; "
+            "nothing was cached"
+        )
+    return text
 
 
 def _check(where: Path | str, text: bytes, name: str, where_kind: str = "") -> bytes:
