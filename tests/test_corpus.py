@@ -31,7 +31,7 @@ def forbid_rebuilding(monkeypatch) -> None:
 
     monkeypatch.setattr(corpus_module, "source_chunks", fail)
     monkeypatch.setattr(tokenizer_module, "_train", fail)
-    monkeypatch.setattr(corpus_module, "NpyWriter", fail)
+    monkeypatch.setattr(corpus_module, "EncodedWriter", fail)
 
 
 def test_toy_end_to_end(tmp_path):

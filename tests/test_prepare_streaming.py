@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 import nmt.data.corpus as corpus_module
+import nmt.data.writers as writers_module
 from nmt.cache import atomic_dir
 from nmt.config import HFDataConfig, LocalDataConfig, TokenizerConfig, ToyDataConfig
 from nmt.data import prepare_corpus, prepare_text, read_lines, read_text
-from nmt.data.corpus import CHUNK_PAIRS, NpyWriter
+from nmt.data.writers import CHUNK_PAIRS, NpyWriter
 from nmt.errors import NMTError
 from nmt.text_workers import ids_dtype
 
@@ -156,7 +157,7 @@ def test_a_preparation_killed_at_any_moment_is_finished_by_the_next_run(tmp_path
 
 
 def test_a_full_disk_is_one_line_naming_the_file_and_keeps_nothing(tmp_path, monkeypatch):
-    real_open = corpus_module._open_for_writing
+    real_open = writers_module._open_for_writing
 
     class Full:
         def __init__(self, f):
@@ -168,7 +169,7 @@ def test_a_full_disk_is_one_line_naming_the_file_and_keeps_nothing(tmp_path, mon
         def close(self):
             self.f.close()
 
-    monkeypatch.setattr(corpus_module, "_open_for_writing", lambda path: Full(real_open(path)))
+    monkeypatch.setattr(writers_module, "_open_for_writing", lambda path: Full(real_open(path)))
     with pytest.raises(NMTError) as e:
         prepare_text(ToyDataConfig(cache_dir=str(tmp_path)), progress=False)
     message = str(e.value)
