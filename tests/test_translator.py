@@ -241,9 +241,9 @@ def test_score_requests_are_scored_in_batches_within_serve_max_score_mb(translat
     limits = ServerLimits(max_score_mb=40 * vocab * 8 / 2**20)  # 40 tokens' log-probabilities
     seen, score_ids = [], translator.backend.score_ids
 
-    def recorded(sources, targets, max_tokens):
+    def recorded(sources, targets, max_tokens, *args, **kwargs):
         seen.append(max_tokens)
-        return score_ids(sources, targets, max_tokens)
+        return score_ids(sources, targets, max_tokens, *args, **kwargs)
 
     monkeypatch.setattr(translator.backend, "score_ids", recorded)
     with TestClient(create_app(translator, limits, decoding)) as client:
