@@ -60,9 +60,12 @@ def test_the_start_of_the_translation_as_prefix_changes_nothing(translator, sour
     same = [f[0].tokens == h[0].tokens for f, h in zip(forced, free)]
     if beam_size == 1:
         assert all(same)
-    else:  # beam search spends its whole beam on the prefix: the same, or better than it found freely
+    else:  # beam search spends its whole beam on the prefix: mostly the same, or better than it found freely
         assert sum(same) >= 0.95 * len(same)
-        assert all(f[0].score >= h[0].score - 1e-5 for f, h in zip(forced, free))
+        # Not always: the search is not exact, and a beam of the prefix's continuations can prune the free
+        # path's (one sentence of 80, 0.51 worse, with the toy model trained on AVX2-capped kernels).
+        as_good = [f[0].score >= h[0].score - 1e-5 for f, h in zip(forced, free)]
+        assert sum(as_good) >= 0.95 * len(as_good)
     assert sum(a == b for a, b in zip(translator.best(forced), texts)) == sum(same)
 
 
