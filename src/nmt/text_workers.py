@@ -1,10 +1,10 @@
 """The work of preparing a corpus that runs in other processes: SentencePiece encoding of text chunks,
 and SentencePiece training.
 
-Kept apart from the rest of the package, with no torch import, so that a worker process starts in a
-fraction of a second and holds only what it works on. A chunk travels as the gzip member that holds it
-in the prepared text (a few hundred kB), and comes back as one flat array of ids and one of lengths:
-never as Python lists, which cost ~36 bytes an id.
+Kept apart from the rest of the package, importing nothing of it and no torch, so that what a worker
+loads is what it needs (a spawned process also imports the main script's own imports). A chunk travels
+as the gzip member that holds it in the prepared text (a few hundred kB), and comes back as one flat
+array of ids and one of lengths: never as Python lists, which cost ~36 bytes an id.
 """
 
 from __future__ import annotations
