@@ -227,7 +227,7 @@ def _encode(root: Path, tokenizer: Tokenizer, src: str, tgt: str, workers: int, 
     folder = root / f"ids-{tokenizer.fingerprint}"
     if folder.is_dir():
         return folder
-    log.info("encoding with %d process%s -> %s", workers, "es" * (workers > 1), folder)
+    log.info("encoding with up to %d process%s -> %s", workers, "es" * (workers > 1), folder)
     with atomic_dir(folder) as tmp:
         _encode_train(root, tmp, "train", _protos(tokenizer, src, tgt), workers, progress)
         for split in ("valid", "test"):
@@ -281,7 +281,8 @@ def _encode_train(
 
     writers = {lang: EncodedWriter(out, f"{name}.{lang}", ids_dtype(vocab[lang])) for lang in langs}
     total = 2 * len(chunks["pairs"])
-    results = ordered_map(encode_chunk, tasks(), workers, init_encoder, (protos,))
+    # More processes than chunks only cost their start (a second or two each): a toy corpus is encoded here.
+    results = ordered_map(encode_chunk, tasks(), min(workers, len(chunks["pairs"])), init_encoder, (protos,))
     with tqdm(total=total, desc=f"encoding {name}", unit=" chunks", disable=not progress, leave=False) as bar:
         for i, (flat, lengths) in enumerate(results):
             writers[langs[i % 2]].add(flat, lengths)
