@@ -151,7 +151,7 @@ def read_parallel_chunks(src_path: Path, tgt_path: Path, size: int = CHUNK_LINES
     with _open_binary(src_path) as fs, _open_binary(tgt_path) as ft:
         line, offsets = 0, [0, 0]
         while True:
-            chunks = [list(itertools.islice(f, size)) for f in (fs, ft)]
+            chunks = [_read_lines(f, path, size) for f, path in ((fs, src_path), (ft, tgt_path))]
             if len(chunks[0]) != len(chunks[1]):
                 src_lines = line + len(chunks[0]) + sum(1 for _ in fs)
                 tgt_lines = line + len(chunks[1]) + sum(1 for _ in ft)
@@ -169,18 +169,18 @@ def read_parallel_chunks(src_path: Path, tgt_path: Path, size: int = CHUNK_LINES
             yield texts[0], texts[1]
 
 
-@contextlib.contextmanager
-def _open_binary(path: Path) -> Iterator[Any]:
+def _open_binary(path: Path) -> Any:
     try:
-        f = open(path, "rb")  # noqa: SIM115 (closed below; an open error must name the file)
+        return open(path, "rb")  # noqa: SIM115 (the caller's with closes it; an open error must name the file)
     except OSError as e:
         raise NMTError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
+def _read_lines(f: Any, path: Path, size: int) -> list[bytes]:
     try:
-        yield f
+        return list(itertools.islice(f, size))
     except OSError as e:
         raise NMTError(f"{path}: reading failed ({e.strerror or e})") from None
-    finally:
-        f.close()
 
 
 def _decode_lines(raw: list[bytes], path: Path, first_line: int, first_byte: int) -> list[str]:
