@@ -208,7 +208,7 @@ def test_a_preset_without_its_local_files_falls_back_to_the_hub(compose_train_cf
     assert (hub.source, hub.path, hub.train_size, hub.clean.max_words) == ("hf", "wmt/wmt14", 33071, 100)
     assert "drawing 33071 training pairs from WMT14 on the Hugging Face hub instead" in caplog.text
     local = LocalDataConfig(dir=str(tmp_path / "absent"), name="x")
-    assert resolve_source(local) is local  # no fallback: load_local says what is missing
+    assert resolve_source(local) is local  # no fallback: reading it says what is missing
 
 
 def test_the_presets_read_multi30k_through_its_source(compose_train_cfg):

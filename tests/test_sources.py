@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from nmt.config import HFDataConfig, LocalDataConfig, ToyDataConfig
-from nmt.data.sources import load_hf, load_local, load_source, make_toy
+from nmt.data.sources import load_source, make_toy
 from nmt.errors import NMTError
 
 CORPUS = {
@@ -29,7 +29,7 @@ def local_cfg(folder: Path, **kwargs) -> LocalDataConfig:
 
 
 def test_local_reads_every_split_and_appends_extra_train(tmp_path):
-    corpus = load_local(local_cfg(write_corpus(tmp_path), extra_train=["extra"]))
+    corpus = load_source(local_cfg(write_corpus(tmp_path), extra_train=["extra"]))
     assert corpus["train"]["en"] == ["a house", "the cat", "one two three", "more text"]
     assert corpus["train"]["de"] == ["ein Haus", "die Katze", "eins zwei drei", "mehr Text"]
     assert corpus["valid"] == {"en": ["good day"], "de": ["guten Tag"]}
@@ -42,7 +42,7 @@ def test_missing_files_are_named_in_one_line_that_says_what_to_do(tmp_path):
     cfg = local_cfg(tmp_path, extra_train=["nope"])
     cfg.origin = "the folder scripts/distill.py prints"
     with pytest.raises(NMTError) as e:
-        load_local(cfg)
+        load_source(cfg)
     message = str(e.value)
     assert "\n" not in message
     assert message.startswith(f"data.dir={tmp_path}: 3 of 8 files missing (nope.en, nope.de, valid.de); ")
@@ -50,14 +50,14 @@ def test_missing_files_are_named_in_one_line_that_says_what_to_do(tmp_path):
     assert "these files are the folder scripts/distill.py prints" in message
     assert "point data.dir=... at a folder that holds them" in message
     with pytest.raises(NMTError, match=r"^data.dir=/no/such/corpus: no such folder; data=local reads"):
-        load_local(local_cfg(Path("/no/such/corpus")))
+        load_source(local_cfg(Path("/no/such/corpus")))
 
 
 def test_line_count_mismatch_names_both_files_and_counts(tmp_path):
     write_corpus(tmp_path)
     (tmp_path / "test.de").write_text("danke\ntschüss\nextra\n", encoding="utf-8")
     with pytest.raises(NMTError) as e:
-        load_local(local_cfg(tmp_path))
+        load_source(local_cfg(tmp_path))
     message = str(e.value)
     assert str(tmp_path / "test.en") in message and str(tmp_path / "test.de") in message
     assert "2 lines" in message and "has 3" in message
@@ -67,7 +67,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     write_corpus(tmp_path)
     (tmp_path / "train.de").write_bytes(b"ein Haus\ndie Katze \xff\neins zwei drei\n")
     with pytest.raises(NMTError, match=rf"{tmp_path / 'train.de'}:2: invalid UTF-8"):
-        load_local(local_cfg(tmp_path))
+        load_source(local_cfg(tmp_path))
 
 
 def test_u0085_inside_a_line_keeps_sides_aligned(tmp_path):
@@ -75,7 +75,7 @@ def test_u0085_inside_a_line_keeps_sides_aligned(tmp_path):
     (tmp_path / "train.de").write_text(
         "ein Haus\u0085 oder so\ndie Katze\neins zwei drei\n", encoding="utf-8"
     )
-    corpus = load_local(local_cfg(tmp_path))
+    corpus = load_source(local_cfg(tmp_path))
     assert corpus["train"]["de"] == ["ein Haus\u0085 oder so", "die Katze", "eins zwei drei"]
     assert len(corpus["train"]["en"]) == 3
 
@@ -83,7 +83,7 @@ def test_u0085_inside_a_line_keeps_sides_aligned(tmp_path):
 def test_crlf_and_missing_final_newline(tmp_path):
     write_corpus(tmp_path)
     (tmp_path / "valid.en").write_bytes(b"good day\r")
-    assert load_local(local_cfg(tmp_path))["valid"]["en"] == ["good day"]
+    assert load_source(local_cfg(tmp_path))["valid"]["en"] == ["good day"]
 
 
 # ------------------------------------------------------------------------------------- datasets
@@ -138,7 +138,7 @@ def wmt_subset(folder: Path, size: int, seed: int = 1) -> list[str]:
     cfg = HFDataConfig(
         path="parquet", data_files=str(folder / "{split}-*.parquet"), train_size=size, seed=seed
     )
-    return load_hf(cfg)["train"]["en"]
+    return load_source(cfg)["train"]["en"]
 
 
 def test_wmt_subset_draws_from_every_corpus_in_proportion(wmt_like):
@@ -195,14 +195,14 @@ def test_wmt_subset_larger_than_the_corpus_is_all_of_it(wmt_like):
 def test_hf_missing_language_is_explained(parquet_dataset):
     cfg = HFDataConfig(path="parquet", data_files=str(parquet_dataset / "{split}.parquet"), tgt_lang="fr")
     with pytest.raises(NMTError, match="missing key 'fr'"):
-        load_hf(cfg)
+        load_source(cfg)
 
 
 def test_hf_missing_files_suggest_checking_them(tmp_path):
     pytest.importorskip("datasets")
     cfg = HFDataConfig(path="parquet", data_files=str(tmp_path / "none-{split}.parquet"))
     with pytest.raises(NMTError, match="could not load .*none-train.parquet.*check data.data_files"):
-        load_hf(cfg)
+        load_source(cfg)
 
 
 def test_hub_failure_suggests_local_data(monkeypatch):
@@ -214,7 +214,7 @@ def test_hub_failure_suggests_local_data(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     monkeypatch.setattr(datasets, "load_dataset_builder", offline)
     with pytest.raises(NMTError, match=r"wmt/wmt14 \(de-en\).*no route.*experiment=multi30k_cpu.*data=local"):
-        load_hf(HFDataConfig())
+        load_source(HFDataConfig())
 
 
 # ------------------------------------------------------------------------------------------ toy

@@ -233,7 +233,9 @@ def _encode(root: Path, tokenizer: Tokenizer, src: str, tgt: str, workers: int, 
         for split in ("valid", "test"):
             for lang in (src, tgt):
                 flat, lengths = encode_lines(_processor(tokenizer, lang, src), read_text(root, split, lang))
-                _write_encoded(tmp, f"{split}.{lang}", [(flat, lengths)], flat.dtype)
+                writer = EncodedWriter(tmp, f"{split}.{lang}", flat.dtype)
+                writer.add(flat, lengths)
+                writer.close()
     return folder
 
 
@@ -329,15 +331,6 @@ def ordered_map(
         finally:
             for future in pending:
                 future.cancel()
-
-
-def _write_encoded(
-    folder: Path, name: str, parts: list[tuple[np.ndarray, np.ndarray]], dtype: np.dtype
-) -> None:
-    writer = EncodedWriter(folder, name, dtype)
-    for flat, lengths in parts:
-        writer.add(flat, lengths)
-    writer.close()
 
 
 def _sample_train(

@@ -40,7 +40,7 @@ def source_chunks(cfg: DataConfig, split: str) -> Iterator[Chunk]:
     return readers[cfg.source](cfg, split)
 
 
-def load_source(cfg: DataConfig, progress: bool = False) -> RawCorpus:
+def load_source(cfg: DataConfig) -> RawCorpus:
     """Raw parallel text of every split, whole: for small corpora (the pipeline streams chunks)."""
     cfg = resolve_source(cfg)
     corpus: RawCorpus = {}
@@ -74,11 +74,6 @@ def resolve_source(cfg: DataConfig) -> DataConfig:
     )
 
 
-def load_multi30k(cfg: Multi30kDataConfig, progress: bool = False) -> RawCorpus:
-    """Multi30k from ``data.dir``, the download cache or a download (nmt.data.download)."""
-    return load_source(cfg, progress)
-
-
 def _multi30k_chunks(cfg: Multi30kDataConfig, split: str) -> Iterator[Chunk]:
     local = LocalDataConfig(dir=str(multi30k_dir(cfg, progress=True)), name=cfg.name)
     local.src_lang, local.tgt_lang = cfg.src_lang, cfg.tgt_lang
@@ -103,11 +98,6 @@ def _local_prefixes(cfg: LocalDataConfig) -> list[str]:
 
 def missing_local_files(cfg: LocalDataConfig) -> list[Path]:
     return [p for p in local_files(cfg) if not p.exists()]  # a folder in its place: "cannot read it"
-
-
-def load_local(cfg: LocalDataConfig, progress: bool = False) -> RawCorpus:
-    """``{dir}/{split}.{lang}``; the ``extra_train`` prefixes are appended to the training split."""
-    return load_source(cfg, progress)
 
 
 def _local_chunks(cfg: LocalDataConfig, split: str) -> Iterator[Chunk]:
@@ -214,17 +204,10 @@ def read_lines(path: Path) -> list[str]:
 # ------------------------------------------------------------------------------ Hugging Face datasets
 
 
-def load_hf(cfg: HFDataConfig, progress: bool = False) -> RawCorpus:
-    """A training subset of ``train_size`` pairs drawn from all training files (see
-    :func:`sample_parquet`); valid/test are small and loaded whole.
-
-    With ``data_files`` set, ``path`` names a datasets builder ("parquet", "json", ...) and
-    ``data_files`` a file path or glob containing ``{split}``, filled in with the split names.
-    """
-    return load_source(cfg, progress)
-
-
 def _hf_chunks(cfg: HFDataConfig, split: str) -> Iterator[Chunk]:
+    """Training: ``train_size`` pairs drawn from all training files (:func:`sample_parquet`), a row
+    group at a time; valid/test are small and loaded whole. With ``data_files`` set, ``path`` names a
+    datasets builder ("parquet", "json", ...) and ``data_files`` a path or glob containing ``{split}``."""
     if split != "train":
         hf_split = cfg.valid_split if split == "valid" else cfg.test_split
         columns = _hf_columns(cfg, hf_split, _hf_rows(cfg, hf_split))
@@ -401,7 +384,7 @@ _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
 
 
-def make_toy(cfg: ToyDataConfig, progress: bool = False) -> RawCorpus:
+def make_toy(cfg: ToyDataConfig) -> RawCorpus:
     """A learnable synthetic task: translate word by word through an invented lexicon, then swap
     adjacent word pairs ("a b c d e" -> "B A D C E").
 
