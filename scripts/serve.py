@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
 from nmt.config import SERVE_RULES, check_values
-from nmt.serve import create_app, trusted_hosts
+from nmt.serve import create_app, listen, trusted_hosts
 from nmt.serve.work import TranslatorSpec
 
 
@@ -22,6 +22,7 @@ from nmt.serve.work import TranslatorSpec
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
     check_values(cfg, SERVE_RULES)
+    sock = listen(cfg.host, cfg.port)
     spec = TranslatorSpec(cfg.checkpoint, cfg.device, cfg.backend, cfg.ct2_model)
     translator = spec.load()
     hosts = trusted_hosts(cfg.serve.allowed_hosts, cfg.host)
@@ -29,14 +30,10 @@ def main(cfg: DictConfig) -> None:
     app = create_app(translator, cfg.serve, defaults, spec, cfg.alignment_layer, hosts)
     print(f"serving on http://{cfg.host}:{cfg.port}/ for Host {', '.join(hosts)} (Ctrl-C stops)", flush=True)
     # The access log is the service's own (logger nmt.serve.access: status, sentences, milliseconds).
-    uvicorn.run(
-        app,
-        host=cfg.host,
-        port=cfg.port,
-        log_level="warning",
-        access_log=False,
-        limit_concurrency=cfg.serve.max_connections,
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, limit_concurrency=cfg.serve.max_connections
     )
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 if __name__ == "__main__":

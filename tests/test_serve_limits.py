@@ -193,3 +193,33 @@ def test_the_backend_is_asked_once_per_distinct_settings():
     check(DecodingConfig(beam_size=3))  # a third: the least recently used is forgotten
     check(DecodingConfig())
     assert translator.calls == 4
+
+
+def test_a_second_start_on_a_busy_port_fails_in_one_line_before_loading_anything(tmp_path):
+    """The port is bound first: a second server fails at once naming it (not after its model and workers
+    are up, nor on the checkpoint, which here does not even exist)."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    script = Path(__file__).resolve().parents[1] / "scripts" / "serve.py"
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), f"checkpoint={tmp_path / 'missing.pt'}", f"port={port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+    finally:
+        busy.close()
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"error: host=127.0.0.1 port={port}: cannot listen there (Address already in use); another server "
+        "may hold it: stop it, or choose another port=..."
+    )

@@ -282,6 +282,23 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The service's socket, bound before the model loads: a port already in use (a second start) fails
+    at once, in one line, instead of after the model and its workers are up."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as e:
+        sock.close()
+        raise NMTError(
+            f"host={host} port={port}: cannot listen there ({e.strerror or e}); another server may hold it: "
+            "stop it, or choose another port=..."
+        ) from None
+    return sock
+
+
 def trusted_hosts(configured: Sequence[str], bound: str) -> list[str]:
     """The Host names answered: ``serve.allowed_hosts``, or by default the address the server is bound
     to (``host=``) and the names of localhost (with ``host=0.0.0.0`` also this machine's name)."""
