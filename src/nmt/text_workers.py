@@ -12,8 +12,10 @@ from __future__ import annotations
 import gzip
 import itertools
 import resource
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +81,15 @@ def train_sentencepiece(options: dict, paths: list[Path]) -> tuple[bytes, dict]:
     spm.SentencePieceTrainer.train(sentence_iterator=text_lines(paths), model_writer=writer, **options)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports kB
     return writer.getvalue(), {"seconds": time.perf_counter() - started, "peak_rss_bytes": peak}
+
+
+def run_and_send(sender: Connection, fn: Callable[..., object], args: tuple) -> None:
+    """A process's whole work: ``(True, fn(*args))`` sent back, or ``(False, "Type: message")``. It ignores
+    Ctrl-C, which reaches the whole process group: the parent, which hears it too, terminates it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = (True, fn(*args))
+    except Exception as e:  # sent back whole: the parent turns it into one line
+        result = (False, f"{type(e).__name__}: {e}")
+    sender.send(result)
+    sender.close()
