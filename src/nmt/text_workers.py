@@ -30,11 +30,13 @@ def ids_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def init_encoder(protos: dict[str, bytes]) -> None:
-    """Load the SentencePiece model of each language (once per worker)."""
+def init_encoder(models: dict[str, str]) -> None:
+    """Load the SentencePiece model file of each language (once per worker). Paths, not the models: a
+    spawned worker reads its arguments only after it has started, and a parent writing more than a
+    pipe holds (64 kB; a model is hundreds) to a worker that died starting would wait for ever."""
     _PROCESSORS.clear()
-    for lang, proto in protos.items():
-        _PROCESSORS[lang] = spm.SentencePieceProcessor(model_proto=proto)
+    for lang, path in models.items():
+        _PROCESSORS[lang] = spm.SentencePieceProcessor(model_file=path)
 
 
 def encode_chunk(task: tuple[str, bytes, float, int | None]) -> tuple[np.ndarray, np.ndarray]:

@@ -32,6 +32,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,14 +284,27 @@ def _encode_train(
 
     writers = {lang: EncodedWriter(out, f"{name}.{lang}", ids_dtype(vocab[lang])) for lang in langs}
     total = 2 * len(chunks["pairs"])
+    models = {lang: out / f".{name}.{lang}.model" for lang in langs}  # what the workers load, removed after
+    for lang, path in models.items():
+        path.write_bytes(protos[lang])
+    stage = f"encoding {name}" + (" (sampled segmentations)" if seed is not None else "")
     # More processes than chunks only cost their start (a second or two each): a toy corpus is encoded here.
-    results = ordered_map(encode_chunk, tasks(), min(workers, len(chunks["pairs"])), init_encoder, (protos,))
+    results = ordered_map(
+        encode_chunk,
+        tasks(),
+        min(workers, len(chunks["pairs"])),
+        init_encoder,
+        ({lang: str(path) for lang, path in models.items()},),
+        stage,
+    )
     with tqdm(total=total, desc=f"encoding {name}", unit=" chunks", disable=not progress, leave=False) as bar:
         for i, (flat, lengths) in enumerate(results):
             writers[langs[i % 2]].add(flat, lengths)
             bar.update()
     for writer in writers.values():
         writer.close()
+    for path in models.values():
+        path.unlink()
 
 
 def chunk_seed(seed: int, chunk: int) -> int:
@@ -308,29 +322,43 @@ def _vocab_size(proto: bytes) -> int:
 
 
 def ordered_map(
-    fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int, init: Callable[..., None], initargs: tuple
+    fn: Callable[[Any], Any],
+    tasks: Iterable[Any],
+    workers: int,
+    init: Callable[..., None],
+    initargs: tuple,
+    stage: str,
 ) -> Iterator[Any]:
     """``map(fn, tasks)`` in ``workers`` processes, results in task order; at most two tasks per worker
-    in flight, so memory stays bounded however many tasks there are. One worker runs here."""
+    in flight, so memory stays bounded however many tasks there are. One worker runs here. A worker
+    that dies (killed, out of memory) fails the map in one line naming ``stage``; ``initargs`` must be
+    small (paths, not data), or the start of a worker that dies at once would hang."""
     if workers <= 1:
         init(*initargs)
         yield from map(fn, tasks)
         return
     # spawn: nothing of this process (torch's threads, open files) is inherited, and the workers import
-    # only nmt.text_workers. A worker that dies fails the map (BrokenProcessPool) instead of hanging it.
+    # only nmt.text_workers.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=init, initargs=initargs) as pool:
-        pending: collections.deque = collections.deque()
-        try:
-            for task in tasks:
-                pending.append(pool.submit(fn, task))
-                if len(pending) >= 2 * workers:
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=init, initargs=initargs) as pool:
+            pending: collections.deque = collections.deque()
+            try:
+                for task in tasks:
+                    pending.append(pool.submit(fn, task))
+                    if len(pending) >= 2 * workers:
+                        yield pending.popleft().result()
+                while pending:
                     yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
+            finally:
+                for future in pending:
+                    future.cancel()
+    except BrokenProcessPool:
+        raise NMTError(
+            f"{stage}: a worker process died (killed, most likely for memory); nothing was cached: set "
+            f"data.workers lower than {workers} (each holds a chunk and the SentencePiece models) or free "
+            "memory, then run again"
+        ) from None
 
 
 def _sample_train(
