@@ -5,6 +5,7 @@ import errno
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -304,3 +305,29 @@ def test_a_worker_that_dies_starting_is_one_line_naming_the_stage_and_data_worke
     ]
     (root,) = (tmp_path / "data" / "toy").glob("text-*")
     assert not [p for p in root.iterdir() if "ids-" in p.name]
+
+
+@pytest.mark.parametrize("damage", ["ids cut short", "ids shorter than the offsets", "a sentence fewer"])
+def test_damaged_prepared_ids_are_one_line_naming_the_folder_to_delete(tmp_path, damage):
+    cfg = ToyDataConfig(cache_dir=str(tmp_path), train_size=300, workers=1)
+    (ids_dir,) = prepare_corpus(cfg, TOY, progress=False).root.glob("ids-*")
+    ids, offsets = ids_dir / "train.src.ids.npy", ids_dir / "train.src.offsets.npy"
+    if damage == "ids cut short":
+        os.truncate(ids, ids.stat().st_size - 10)
+        why = "train.src.ids.npy: mmap length is greater than file size"
+    elif damage == "ids shorter than the offsets":
+        end = int(np.load(offsets)[-1])
+        np.save(ids, np.load(ids)[:-1])
+        why = f"train.src: offsets end at {end}, the ids hold {end - 1}"
+    else:
+        np.save(offsets, np.load(offsets)[:-1])
+        np.save(ids, np.load(ids)[: int(np.load(offsets)[-1])])
+        why = "train.src: 299 sentences, meta.json counts 300"
+    with pytest.raises(NMTError) as e:
+        prepare_corpus(cfg, TOY, progress=False)
+    assert str(e.value) == (
+        f"{ids_dir}: prepared data damaged ({why}), as an interrupted copy or a full disk leaves it; "
+        "delete this folder and run again to prepare it anew"
+    )
+    shutil.rmtree(ids_dir)
+    assert len(prepare_corpus(cfg, TOY, progress=False).splits["train"]) == 300

@@ -69,11 +69,27 @@ class EncodedSplit:
         self.tgt_lengths: np.ndarray = np.diff(tgt_offsets).astype(np.int32)
 
     @classmethod
-    def load(cls, folder: Path, split: str, src_lang: str, tgt_lang: str) -> EncodedSplit:
+    def load(cls, folder: Path, split: str, src_lang: str, tgt_lang: str, pairs: int) -> EncodedSplit:
+        """The split's arrays, memory-mapped, checked for what a copy cut short or a full disk leaves:
+        a file numpy cannot map, offsets that do not end at the number of ids, or another number of
+        sentences than ``pairs`` (meta.json's). One line naming the folder to delete."""
+
         def arrays(lang: str) -> tuple[np.ndarray, np.ndarray]:
-            return tuple(
-                np.load(folder / f"{split}.{lang}.{kind}.npy", mmap_mode="r") for kind in ("ids", "offsets")
-            )
+            loaded = []
+            for kind in ("ids", "offsets"):
+                path = folder / f"{split}.{lang}.{kind}.npy"
+                try:
+                    loaded.append(np.load(path, mmap_mode="r"))
+                except (OSError, ValueError, EOFError) as e:
+                    raise _damaged(folder, f"{path.name}: {e}") from None
+            ids, offsets = loaded
+            name = f"{split}.{lang}"
+            if offsets.ndim != 1 or len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(ids):
+                end = offsets[-1] if offsets.ndim == 1 and len(offsets) else None
+                raise _damaged(folder, f"{name}: offsets end at {end}, the ids hold {len(ids)}")
+            if len(offsets) - 1 != pairs:
+                raise _damaged(folder, f"{name}: {len(offsets) - 1} sentences, meta.json counts {pairs}")
+            return ids, offsets
 
         return cls(*arrays(src_lang), *arrays(tgt_lang))
 
@@ -85,6 +101,13 @@ class EncodedSplit:
 
     def tgt(self, i: int) -> np.ndarray:
         return self._tgt_ids[self._tgt_offsets[i] : self._tgt_offsets[i + 1]]
+
+
+def _damaged(folder: Path, why: str) -> NMTError:
+    return NMTError(
+        f"{folder}: prepared data damaged ({why}), as an interrupted copy or a full disk leaves it; "
+        "delete this folder and run again to prepare it anew"
+    )
 
 
 @dataclass
@@ -135,8 +158,8 @@ def prepare_corpus(data_cfg: DataConfig, tok_cfg: TokenizerConfig, progress: boo
         if tok_cfg.sampling_alpha > 0
         else []
     )
-    splits = {split: EncodedSplit.load(ids_dir, split, src, tgt) for split in SPLITS}
     meta = json.loads((root / "meta.json").read_text())
+    splits = {split: EncodedSplit.load(ids_dir, split, src, tgt, meta["pairs"][split]) for split in SPLITS}
     summary = _summary(data_cfg, root, tokenizer, splits, meta, copies)
     return PreparedData(root, tokenizer, splits, summary, src, tgt, copies)
 
@@ -389,7 +412,8 @@ def _sample_train(
                     cfg.sampling_alpha,
                     cfg.seed + k,
                 )
-    return [EncodedSplit.load(folder, f"train{k}", src, tgt) for k in range(cfg.sampled_copies)]
+    pairs = json.loads((root / "meta.json").read_text())["pairs"]["train"]
+    return [EncodedSplit.load(folder, f"train{k}", src, tgt, pairs) for k in range(cfg.sampled_copies)]
 
 
 # -------------------------------------------------------------------------------------------- summary
