@@ -159,9 +159,22 @@ def prepare_corpus(data_cfg: DataConfig, tok_cfg: TokenizerConfig, progress: boo
         else []
     )
     meta = json.loads((root / "meta.json").read_text())
-    splits = {split: EncodedSplit.load(ids_dir, split, src, tgt, meta["pairs"][split]) for split in SPLITS}
+    splits = _load_splits(ids_dir, meta, src, tgt)
     summary = _summary(data_cfg, root, tokenizer, splits, meta, copies)
     return PreparedData(root, tokenizer, splits, summary, src, tgt, copies)
+
+
+def prepare_ids(data_cfg: DataConfig, tokenizer: Tokenizer, progress: bool = True) -> dict[str, EncodedSplit]:
+    """Every split encoded with ``tokenizer`` (a checkpoint's), memory-mapped: the ids a training run on
+    this corpus prepared (cached under the tokenizer's fingerprint), else encoded once and cached."""
+    src, tgt = data_cfg.src_lang, data_cfg.tgt_lang
+    root = _prepare_text(data_cfg, progress)
+    ids_dir = _encode(root, tokenizer, src, tgt, data_workers(data_cfg), progress)
+    return _load_splits(ids_dir, json.loads((root / "meta.json").read_text()), src, tgt)
+
+
+def _load_splits(ids_dir: Path, meta: dict, src: str, tgt: str) -> dict[str, EncodedSplit]:
+    return {split: EncodedSplit.load(ids_dir, split, src, tgt, meta["pairs"][split]) for split in SPLITS}
 
 
 def data_workers(cfg: DataConfig) -> int:
