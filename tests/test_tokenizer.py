@@ -196,7 +196,7 @@ def test_ctrl_c_stops_the_sentencepiece_trainer_at_once_and_its_death_is_one_lin
         assert script.returncode != 0 and stderr.rstrip().endswith("KeyboardInterrupt")
     else:
         assert script.returncode == 1 and stderr.splitlines() == [
-            "error: the SentencePiece trainer's process ended without an answer (exit code -9): killed, "
-            "most likely for memory; lower tokenizer.input_sentence_size (now 2000000) and run again"
+            "error: the SentencePiece trainer's process ended without an answer (killed, signal 9): most "
+            "likely for memory; lower tokenizer.input_sentence_size (now 2000000) and run again"
         ]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

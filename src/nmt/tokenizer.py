@@ -11,6 +11,7 @@ import logging
 import multiprocessing
 import os
 import re
+import signal
 from functools import cached_property
 from pathlib import Path
 
@@ -252,11 +253,7 @@ def _run_trainer(options: dict, inputs: list[Path], settings: dict) -> tuple[byt
         ok, result = receiver.recv()
     except EOFError:
         process.join()
-        raise NMTError(
-            f"the SentencePiece trainer's process ended without an answer (exit code {process.exitcode}): "
-            "killed, most likely for memory; lower tokenizer.input_sentence_size "
-            f"(now {settings['input_sentence_size']}) and run again"
-        ) from None
+        raise _trainer_died(process.exitcode, settings) from None
     except BaseException:
         process.terminate()
         process.join()
@@ -267,6 +264,16 @@ def _run_trainer(options: dict, inputs: list[Path], settings: dict) -> tuple[byt
     if not ok:
         raise _training_error(result, settings, inputs)
     return result
+
+
+def _trainer_died(exitcode: int | None, settings: dict) -> NMTError:
+    what = "the SentencePiece trainer's process ended without an answer"
+    if exitcode == -signal.SIGKILL:
+        return NMTError(
+            f"{what} (killed, signal 9): most likely for memory; lower tokenizer.input_sentence_size "
+            f"(now {settings['input_sentence_size']}) and run again"
+        )
+    return NMTError(f"{what} (exit code {exitcode}); what it printed is above")
 
 
 def _training_error(message: str, settings: dict, inputs: list[Path]) -> NMTError:
