@@ -167,11 +167,11 @@ def _count(
 def _merge(
     keys: np.ndarray, counts: np.ndarray, new_keys: np.ndarray, new_counts: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Two sorted tables of distinct keys and their counts as one, in time linear in their sizes."""
+    """Two sorted tables of distinct keys and their counts as one (``counts`` is added to in place), in
+    time linear in their sizes: sorting the union again at every block would grow with the corpus."""
     at = np.searchsorted(keys, new_keys)
     known = at < len(keys)
     known[known] = keys[at[known]] == new_keys[known]
-    counts = counts.copy()
     counts[at[known]] += new_counts[known]
     fresh = ~known
     return np.insert(keys, at[fresh], new_keys[fresh]), np.insert(counts, at[fresh], new_counts[fresh])
