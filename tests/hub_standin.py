@@ -20,7 +20,7 @@ import random
 import re
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -89,16 +89,22 @@ def _pairs(name: str, n: int, skip: int = 0) -> list[dict[str, str]]:
 
 @cache
 def dataset_files() -> dict[str, bytes]:
-    """Path in the repository -> content."""
+    """Path in the repository -> content: the tests' small dataset."""
+    train, skip = [], 0
+    for n in TRAIN_ROWS:
+        train.append(_pairs("train", n, skip))
+        skip += n
+    return _files(train, _pairs("valid", VALID_ROWS), _pairs("test", TEST_ROWS))
+
+
+def _files(train: list[list[dict]], valid: list[dict], test: list[dict]) -> dict[str, bytes]:
     import datasets
 
     files = {"README.md": CARD.encode()}
-    skip = 0
-    for i, n in enumerate(TRAIN_ROWS):
-        files[f"de-en/train-{i:05d}-of-00003.parquet"] = _parquet(datasets, _pairs("train", n, skip))
-        skip += n
-    files["de-en/validation-00000-of-00001.parquet"] = _parquet(datasets, _pairs("valid", VALID_ROWS))
-    files["de-en/test-00000-of-00001.parquet"] = _parquet(datasets, _pairs("test", TEST_ROWS))
+    for i, rows in enumerate(train):
+        files[f"de-en/train-{i:05d}-of-{len(train):05d}.parquet"] = _parquet(datasets, rows)
+    files["de-en/validation-00000-of-00001.parquet"] = _parquet(datasets, valid)
+    files["de-en/test-00000-of-00001.parquet"] = _parquet(datasets, test)
     return files
 
 
@@ -325,7 +331,7 @@ def standin_hub(tmp_path, monkeypatch) -> Iterator[StandIn]:
     Hugging Face cache in ``tmp_path/hf_home``."""
     import huggingface_hub
 
-    from nmt.data import sources
+    from nmt.data import hub, sources
 
     with serve(dataset_files()) as standin:
         monkeypatch.setenv("HF_ENDPOINT", standin.url)
@@ -335,5 +341,33 @@ def standin_hub(tmp_path, monkeypatch) -> Iterator[StandIn]:
         for name in ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_XET_CACHE"):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
-        monkeypatch.setattr(sources, "_RESOLVED", {})
+        monkeypatch.setattr(sources, "_RESOLVED", {})  # what this process asked of other servers
+        monkeypatch.setattr(hub, "_SEEN", {})
         yield standin
+
+
+def main() -> None:
+    """Serve a larger copy until interrupted, then print what was served: each training file is the
+    shared WMT training text and extra dev sets (33,071 pairs; 99,213 in the three files), validation
+    and test are newstest2013/2014 whole."""
+    import signal
+    import sys
+
+    def corpus() -> list[dict]:
+        return _pairs("train", 20_000) + _pairs("extra-newstest2008-2012", 13_071)
+
+    files = _files([corpus() for _ in range(3)], _pairs("valid", 3000), _pairs("test", 3003))
+    with serve(files) as standin:
+        print(f"HF_ENDPOINT={standin.url}", flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        with suppress(KeyboardInterrupt, SystemExit):
+            signal.pause()
+        sizes = {p: len(c) for p, c in files.items()}
+        print(f"{len(standin.requests)} requests, {standin.bytes_served:,} bytes served", flush=True)
+        for path, size in sizes.items():
+            served = sum(r.body_bytes for r in standin.requests if r.path.endswith("/" + path))
+            print(f"  {path}: {served:,} of {size:,} bytes", flush=True)
+
+
+if __name__ == "__main__":
+    main()

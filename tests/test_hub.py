@@ -4,8 +4,12 @@ failures in one line, a quiet log."""
 
 import io
 import logging
+import re
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -15,6 +19,7 @@ from nmt.data import prepare_text
 from nmt.data.sources import load_source
 from nmt.errors import NMTError
 
+REPO = Path(__file__).resolve().parents[1]
 TRAIN_FILES = [f"de-en/train-{i:05d}-of-00003.parquet" for i in range(3)]
 
 
@@ -165,3 +170,23 @@ def test_hub_failures_end_in_one_line_naming_the_dataset(
     assert message.startswith("could not read Hugging Face dataset wmt/wmt14 (de-en) at revision ")
     assert advice in message
     assert time.monotonic() - started < 15  # a stalled server: two tries of a second, a second between
+
+
+@pytest.mark.slow
+def test_prepare_data_logs_a_line_per_file_read_and_none_per_request(hub, tmp_path):
+    """The script as a user runs it, its output in files: what was read, not how."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts/prepare_data.py"), "data.train_size=1500",
+         "tokenizer.vocab_size=500", f"data.cache_dir={tmp_path / 'data'}",
+         f"hydra.run.dir={tmp_path / 'out'}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    log = result.stdout + result.stderr  # the log's stream is Hydra's to choose
+    read = [line for line in log.splitlines() if "rows drawn" in line]
+    assert len(read) == 5 and all(PINNED in line for line in read)
+    assert "HTTP Request" not in log and "httpx" not in log
+    drawn = [
+        int(re.search(r": ([\d,]+) of [\d,]+ rows drawn", line).group(1).replace(",", "")) for line in read
+    ]
+    assert sum(drawn[:3]) == 1500 and drawn[3:] == [VALID_ROWS, VALID_ROWS]

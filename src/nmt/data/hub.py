@@ -59,15 +59,26 @@ class Hub:
         return sha
 
     def card(self, commit: str) -> dict:
-        """The YAML header of the dataset card (README.md) at ``commit``."""
+        """The YAML header of the dataset card (README.md) at ``commit``: asked once per process (a
+        commit never changes)."""
         import yaml
 
-        text = self.file(commit, "README.md").fetch_all().decode("utf-8")
-        match = _FRONT_MATTER.match(text)
-        return (yaml.safe_load(match.group(1)) or {}) if match else {}
+        key = (self.endpoint, self.repo, commit, "README.md", False)
+        if key not in _SEEN:
+            text = self.file(commit, "README.md").fetch_all().decode("utf-8")
+            match = _FRONT_MATTER.match(text)
+            _SEEN[key] = (yaml.safe_load(match.group(1)) or {}) if match else {}
+        return _SEEN[key]
 
     def tree(self, commit: str, folder: str, recursive: bool) -> dict[str, int]:
-        """Path -> size of the files under ``folder`` at ``commit`` (every page of the listing)."""
+        """Path -> size of the files under ``folder`` at ``commit`` (every page of the listing), asked
+        once per process."""
+        key = (self.endpoint, self.repo, commit, folder, recursive)
+        if key not in _SEEN:
+            _SEEN[key] = self._list(commit, folder, recursive)
+        return _SEEN[key]
+
+    def _list(self, commit: str, folder: str, recursive: bool) -> dict[str, int]:
         path = "/" + quote(folder, safe="") if folder else ""
         url: str | None = f"{self.endpoint}/api/datasets/{self.repo}/tree/{commit}{path}"
         params: dict | None = {"recursive": recursive}
@@ -100,19 +111,21 @@ class Hub:
                 f"{self.repo}@{commit}: config {config_name!r} has no split {split!r}; check "
                 "data.train_split, data.valid_split and data.test_split"
             )
-        listings: dict[tuple[str, bool], dict[str, int]] = {}
         found: dict[str, int] = {}
         for pattern in patterns:
-            folder, recursive = _listing_of(pattern)
-            if (folder, recursive) not in listings:
-                listings[folder, recursive] = self.tree(commit, folder, recursive)
             regex = _glob_regex(pattern)
-            found.update({p: s for p, s in listings[folder, recursive].items() if regex.fullmatch(p)})
+            found.update(
+                {p: s for p, s in self.tree(commit, *_listing_of(pattern)).items() if regex.fullmatch(p)}
+            )
         if not found:
             raise NMTError(
                 f"{self.repo}@{commit}: no file matches {patterns} (split {split!r} of {config_name!r})"
             )
         return [self.file(commit, p, found[p]) for p in sorted(found)]
+
+
+# (endpoint, repo, commit, path, recursive) -> the card or a listing: what a commit holds never changes
+_SEEN: dict[tuple[str, str, str, str, bool], Any] = {}
 
 
 class HubFile:

@@ -357,9 +357,9 @@ def _hf_call(cfg: HFDataConfig, hf_split: str, load: Callable[[Any, dict[str, An
 def quiet_hub() -> None:
     """No retry chatter from the hub client and no line per HTTP request: a failure is reported once,
     as an NMTError, and what was read is logged a line per file."""
-    import huggingface_hub
+    from huggingface_hub.utils import logging as hub_logging
 
-    huggingface_hub.utils.logging.set_verbosity_error()
+    hub_logging.set_verbosity_error()
     for name in ("httpx", "httpx2", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
