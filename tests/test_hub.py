@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from hub_standin import OTHER, PINNED, ROW_GROUP, TRAIN_ROWS, VALID_ROWS, standin_hub
 
+from nmt.config import check_train_config
 from nmt.data import prepare_text
 from nmt.data.sources import load_source
 from nmt.errors import NMTError
@@ -190,3 +191,15 @@ def test_prepare_data_logs_a_line_per_file_read_and_none_per_request(hub, tmp_pa
         int(re.search(r": ([\d,]+) of [\d,]+ rows drawn", line).group(1).replace(",", "")) for line in read
     ]
     assert sum(drawn[:3]) == 1500 and drawn[3:] == [VALID_ROWS, VALID_ROWS]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.hub_timeout_s=0", "data.hub_timeout_s=0.0: must be > 0"),
+        ("data.hub_retries=-1", "data.hub_retries=-1"),
+    ],
+)
+def test_hub_settings_that_cannot_work_are_refused_at_start(override, message, compose_train_cfg):
+    with pytest.raises(NMTError, match=f"^{re.escape(message)}"):
+        check_train_config(compose_train_cfg(override))

@@ -59,8 +59,9 @@ class DataConfig:
 
 @dataclass
 class HFDataConfig(DataConfig):
-    """WMT through Hugging Face ``datasets``: a training subset drawn from every training file in
-    proportion (only the parquet row groups it needs are read), the whole valid and test sets."""
+    """WMT from the Hugging Face hub (or parquet files, ``data_files``): a training subset drawn from
+    every training file in proportion (only the parquet row groups it needs are fetched), the whole
+    valid and test sets from their own files."""
 
     source: str = "hf"
     name: str = "wmt14_de_en"
@@ -69,7 +70,7 @@ class HFDataConfig(DataConfig):
     # The hub commit every request names: the one that converted wmt/wmt14 to parquet. A branch or tag
     # ("main") is resolved to its commit first, logged; the prepared corpus is keyed by the commit.
     revision: str = "b199e406369ec1b7634206d3ded5ba45de2fe696"
-    hub_timeout_s: float = 60.0  # seconds a hub request may wait for an answer before it fails
+    hub_timeout_s: float = 30.0  # seconds a hub request may wait for an answer before it fails
     hub_retries: int = 3  # tries again after a failed or stalled hub request (after 1, 2, 4 s)
     data_files: str | None = None  # local parquet/json instead of the hub (tests, mirrors)
     train_size: int = 200_000  # pairs drawn from all of the training split; more than it has = all
