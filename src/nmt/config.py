@@ -59,13 +59,19 @@ class DataConfig:
 
 @dataclass
 class HFDataConfig(DataConfig):
-    """WMT through Hugging Face ``datasets``: a training subset drawn from every training file in
-    proportion (only the parquet row groups it needs are read), the whole valid and test sets."""
+    """WMT from the Hugging Face hub (or parquet files, ``data_files``): a training subset drawn from
+    every training file in proportion (only the parquet row groups it needs are fetched), the whole
+    valid and test sets from their own files."""
 
     source: str = "hf"
     name: str = "wmt14_de_en"
     path: str = "wmt/wmt14"
     config_name: str = "de-en"
+    # The hub commit every request names: the one that converted wmt/wmt14 to parquet. A branch or tag
+    # ("main") is resolved to its commit first, logged; the prepared corpus is keyed by the commit.
+    revision: str = "b199e406369ec1b7634206d3ded5ba45de2fe696"
+    hub_timeout_s: float = 30.0  # seconds a hub request may wait for an answer before it fails
+    hub_retries: int = 3  # tries again after a failed or stalled hub request (after 1, 2, 4 s)
     data_files: str | None = None  # local parquet/json instead of the hub (tests, mirrors)
     train_size: int = 200_000  # pairs drawn from all of the training split; more than it has = all
     seed: int = 1  # of the training subset
@@ -793,6 +799,8 @@ TRAIN_RULES: dict[str, Rule] = {
     ),
     **{f"optim.{key}": PROBABILITY for key in ("label_smoothing", "src_word_dropout", "tgt_word_dropout")},
     "data.hub_fallback_pairs": NON_NEGATIVE,
+    "data.hub_timeout_s": POSITIVE,
+    "data.hub_retries": NON_NEGATIVE,
     "data.workers": NON_NEGATIVE,
     "tokenizer.vocab_size": POSITIVE,
     "tokenizer.sampling_alpha": NON_NEGATIVE,
