@@ -170,5 +170,6 @@ def test_an_override_that_does_not_parse_is_one_line_with_or_without_help(
     assert exit_.value.code == 1
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("error: data.dir=[a: cannot parse it (no viable alternative at input '[a'); See ")
+    why = "no viable alternative at input '[a'"
+    assert lines[0].startswith(f"error: data.dir=[a: cannot parse it ({why}); See ")
     assert list(tmp_path.iterdir()) == []
