@@ -769,6 +769,17 @@ def to_container(cfg: TrainConfig) -> dict:
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
 
 
+DATA_FOLDERS = ("cache_dir", "dir")  # the keys of a data config that name folders
+
+
+def with_absolute_folders(data: DataConfig) -> DataConfig:
+    """``data`` with its folders absolute (from the working directory): a run's checkpoints then find
+    the corpus and the cache the run used wherever they are evaluated from, instead of preparing the
+    corpus again under the working directory of the day."""
+    folders = {key: os.path.abspath(getattr(data, key)) for key in DATA_FOLDERS if hasattr(data, key)}
+    return dataclasses.replace(data, **folders)
+
+
 # --------------------------------------------------------------------------------- value checks
 TRAIN_RULES: dict[str, Rule] = {
     "trainer.precision": (lambda v: v in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from nmt import checkpoint as ckpt_io
-from nmt.config import TrainConfig, check_train_config
+from nmt.config import TrainConfig, check_train_config, with_absolute_folders
 from nmt.data import PreparedData, TokenBatchSampler, clipped_lengths, prepare_corpus
 from nmt.devices import resolve_precision, select_device
 from nmt.errors import NMTError
@@ -69,6 +69,7 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     """Device, process group, seeds, data, model, optimizer, sampler; restored from a checkpoint
     when ``trainer.resume`` says so."""
     check_train_config(cfg)
+    cfg = replace(cfg, data=with_absolute_folders(cfg.data))  # as the checkpoints store it
     ckpt_dir = run_dir / "checkpoints"
     resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
     state = resumable(resume_from) if resume_from is not None else None  # before any data or model work
