@@ -352,6 +352,13 @@ def test_a_rerun_in_a_run_dir_continues_its_run_and_never_writes_over_it(config,
     assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["progress"]["step"] == 4
     assert written(tmp_path / "checkpoints")["step_2.pt"] == first["step_2.pt"]
     before = written(tmp_path)
+    with pytest.raises(NMTError) as e:  # another model in the same run dir: the run there is named
+        loop.train(config(*budget, "model.d_model=16"), tmp_path)
+    last = tmp_path / "checkpoints" / "last.pt"
+    assert str(e.value).startswith(
+        f"trainer.resume=auto ({last}, the run of this hydra.run.dir): architecture does not match"
+    )
+    assert "\n" not in str(e.value)
     with pytest.raises(NMTError) as e:
         loop.train(config(*budget, "trainer.resume=null"), tmp_path)
     assert str(e.value) == (

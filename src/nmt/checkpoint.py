@@ -198,7 +198,8 @@ def load_model_state(model: Seq2Seq, ckpt: dict[str, Any], where: str) -> None:
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
-        raise NMTError(f"{where}: architecture does not match the configured model: {e}") from e
+        why = " ".join(str(e).split())  # torch's lines, one per key: on one line
+        raise NMTError(f"{where}: architecture does not match the configured model: {why}") from e
 
 
 def step_checkpoints(folder: Path) -> list[Path]:

@@ -100,15 +100,16 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     progress = Progress()
     if state is not None:
-        auto = f" ({resume_from})" if cfg.trainer.resume == "auto" else ""
+        auto = f" ({resume_from}, the run of this hydra.run.dir)" if cfg.trainer.resume == "auto" else ""
+        where = f"trainer.resume={cfg.trainer.resume}{auto}"
         ckpt_io.check_same_task(
-            f"trainer.resume={cfg.trainer.resume}{auto}",
+            where,
             ckpt_io.checkpoint_task(state),
             "this run's data",
             ckpt_io.Task.of(cfg.data.src_lang, cfg.data.tgt_lang, tok),
             "a run and the checkpoint it continues",
         )
-        progress = restore(state, resume_from, model, optimizer, scaler, sampler, dist.rank)
+        progress = restore(state, where, model, optimizer, scaler, sampler, dist.rank)
         log.info("resumed from %s at step %d (epoch %d)", resume_from, progress.step, progress.epoch)
     if dist.is_main:
         log.info(
@@ -282,8 +283,8 @@ def resumable(path: Path) -> dict[str, Any]:
     return state
 
 
-def restore(state: dict[str, Any], path: Path, model, optimizer, scaler, sampler, rank: int) -> Progress:
-    ckpt_io.load_model_state(model, state, where=f"trainer.resume={path}")
+def restore(state: dict[str, Any], where: str, model, optimizer, scaler, sampler, rank: int) -> Progress:
+    ckpt_io.load_model_state(model, state, where=where)
     optimizer.load_state_dict(state["optimizer"])
     scaler.load_state_dict(state["scaler"])
     sampler.load_state_dict(state["sampler"])
