@@ -223,3 +223,17 @@ def test_a_second_start_on_a_busy_port_fails_in_one_line_before_loading_anything
         f"error: host=127.0.0.1 port={port}: cannot listen there (Address already in use); another server "
         "may hold it: stop it, or choose another port=..."
     )
+
+
+def test_a_second_start_while_the_first_loads_its_model_fails_at_once():
+    """The first server's socket listens from the start (before its model loads): Linux would let a second
+    socket with SO_REUSEADDR bind the same port while neither listens, and both would load a model."""
+    from nmt.serve import listen
+
+    first = listen("127.0.0.1", 0)
+    try:
+        port = first.getsockname()[1]
+        with pytest.raises(NMTError, match=f"port={port}: cannot listen there"):
+            listen("127.0.0.1", port).close()
+    finally:
+        first.close()

@@ -590,7 +590,7 @@ class ExportCT2Config:
     # how the weights are stored: none (fp32) | int8 | int8_float32 | int8_float16 | int8_bfloat16 | int16
     # | float16 | bfloat16; CTranslate2 computes in a type the device supports
     quantization: str = "none"
-    force: bool = False  # replace an existing output directory
+    force: bool = False  # replace an earlier export at output (never another directory: nmt.outputs)
     # a shortlist file (scripts/build_shortlist.py) written as CTranslate2's vocabulary map, used by
     # backend=ct2 with decoding.shortlist set to the same file
     shortlist: str | None = None

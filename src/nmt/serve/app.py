@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import socket
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, astuple, replace
@@ -29,6 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nmt.config import DecodingConfig, ServerLimits
 from nmt.devices import select_device
@@ -109,7 +111,7 @@ def create_app(
 
     app = FastAPI(title="nmt translation service", lifespan=lifespan)
     if allowed_hosts is not None:
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False)
+        app.add_middleware(HostCheck, allowed_hosts=list(allowed_hosts), metrics=metrics)
     app.state.batcher, app.state.metrics = batcher, metrics
     page = resources.files("nmt.serve").joinpath("static/index.html").read_text(encoding="utf-8")
 
@@ -279,17 +281,22 @@ def create_app(
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+BACKLOG = 2048  # connections waiting to be accepted: uvicorn's default
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """The service's socket, bound before the model loads: a port already in use (a second start) fails
-    at once, in one line, instead of after the model and its workers are up."""
+    """The service's socket, bound and listening before the model loads: a port already in use (a second
+    start) fails at once, in one line, instead of after the model and its workers are up. It listens
+    at once because Linux lets sockets with SO_REUSEADDR share a port while none of them listens, so a
+    second start that only bound would load its model beside the first; clients that connect while
+    the model loads wait in the backlog until the service answers."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
+        sock.listen(BACKLOG)
     except OSError as e:
         sock.close()
         raise NMTError(
@@ -308,6 +315,29 @@ def trusted_hosts(configured: Sequence[str], bound: str) -> list[str]:
     if bound in ANY_ADDRESS:
         hosts = [*LOCAL_HOSTS, socket.gethostname(), socket.getfqdn()]
     return list(dict.fromkeys(h.lower() for h in hosts if h))
+
+
+class HostCheck(TrustedHostMiddleware):
+    """Starlette's Host check (400 for a Host not allowed), its refusals counted in ``/metrics`` and the
+    access log as every other answer is: a DNS-rebinding page probing the service shows there. They are
+    counted under the request's path when the service has it, under ``other`` otherwise, so that
+    arbitrary paths never become metric labels."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str], metrics: ServiceMetrics):
+        super().__init__(self._allowed, allowed_hosts=allowed_hosts, www_redirect=False)
+        self.inner, self.metrics = app, metrics
+
+    async def _allowed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["nmt.host_allowed"] = True
+        await self.inner(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.monotonic()
+        await super().__call__(scope, receive, send)
+        if scope["type"] == "http" and not scope.get("nmt.host_allowed"):
+            routes = {getattr(route, "path", None) for route in scope["app"].routes}
+            path = scope["path"] if scope["path"] in routes else "other"
+            self.metrics.answered(path, 400, 0, time.monotonic() - started)
 
 
 class Reply:
