@@ -496,6 +496,9 @@ class ServerLimits:
     max_response_mb: float = 4.0  # the answer's size; attention that could exceed it is refused (422)
     # /score's log-probabilities at once (tokens x target vocabulary x 8 bytes): its batches are cut to fit
     max_score_mb: float = 256.0
+    # /translate's search state at once (a Transformer's key/value caches: beam_size hypotheses over the
+    # longest output allowed, per sentence): batches are cut to fit; a sentence over it alone gets 422
+    max_search_mb: float = 512.0
     # per request, its body (408 when not all sent by then) and waiting included: 504; a decode past it stops
     timeout_s: float = 30.0
     max_tokens: int = 4096  # source subwords decoded together, over the requests batched
@@ -838,6 +841,7 @@ SERVE_RULES: dict[str, Rule] = {
             "max_output_tokens",
             "max_response_mb",
             "max_score_mb",
+            "max_search_mb",
             "timeout_s",
             "max_tokens",
             "queue_size",

@@ -43,6 +43,7 @@ from nmt.serve.limits import (
     check_output_length,
     check_score_memory,
     check_scores,
+    check_search_memory,
     declared_length,
     read_body,
     score_batch_tokens,
@@ -93,9 +94,9 @@ def create_app(
     translator.check_alignment_layer(alignment_layer)  # the page asks for alignments with each translation
     metrics = ServiceMetrics()
     max_body, max_response = limits.max_body_kb * 1024, int(limits.max_response_mb * 2**20)
-    batcher = Batcher(
-        make_workers(translator, limits, spec, max_response), limits.max_tokens, limits.queue_size, metrics
-    )
+    max_search = limits.max_search_mb * 2**20
+    workers = make_workers(translator, limits, spec, max_response)
+    batcher = Batcher(workers, limits.max_tokens, limits.queue_size, metrics, max_search)
     backend = translator.info()["backend"]
     info = {**translator.info(), "decoding": asdict(defaults), "limits": asdict(limits)}
     model = info["model"]
@@ -175,6 +176,8 @@ def create_app(
                     raise BadRequest(422, "prefix", str(e)) from None
             asked = set(parsed.model_fields_set)
             check_output_length(lengths, decoding, limits, translator.max_source, asked)
+            memory = translator.search_bytes(ids, decoding)
+            check_search_memory(memory, lengths, decoding, limits, asked)
             if parsed.attention:
                 check_attention_size(lengths, decoding, limits, translator.max_source, model)
         except BadRequest as e:
@@ -187,7 +190,9 @@ def create_app(
         job_settings = TranslateSettings(
             decoding, parsed.attention, parsed.alignments, prefixes, alignment_layer
         )
-        return await finish(request, answer, ids, key, job_settings, deadline, "translations", decoding)
+        return await finish(
+            request, answer, ids, key, job_settings, deadline, "translations", decoding, sum(memory)
+        )
 
     async def finish(
         request: Request,
@@ -198,11 +203,12 @@ def create_app(
         deadline: float,
         name: str,
         decoding: DecodingConfig,
+        memory: int = 0,
     ) -> Response:
-        """Queue the job, wait for its worker and answer ``{name: ..., "decoding", "backend",
-        "elapsed_ms"}``, or the error that stopped it."""
+        """Queue the job (whose search keeps ``memory`` bytes), wait for its worker and answer
+        ``{name: ..., "decoding", "backend", "elapsed_ms"}``, or the error that stopped it."""
         try:
-            job = batcher.submit(ids, key, job_settings, deadline)
+            job = batcher.submit(ids, key, job_settings, deadline, memory)
         except QueueFull as e:
             return answer(
                 503, {"error": f"busy: {e}; retry later"}, {"Retry-After": str(limits.retry_after_s)}
@@ -364,12 +370,14 @@ def make_workers(
 ) -> list[Worker | InlineWorker]:
     """``serve.workers`` processes built from ``spec`` (0: one per CPU core this process may use, one
     on a GPU), or, without a spec, ``translator`` in a thread."""
+    max_search = limits.max_search_mb * 2**20
     if spec is None:
-        return [InlineWorker(partial(translate_batch, translator, max_response), "worker 0")]
+        work = partial(translate_batch, translator, max_response, max_search=max_search)
+        return [InlineWorker(work, "worker 0")]
     count = limits.workers
     if count == 0:
         count = 1 if select_device(spec.device).type != "cpu" else len(os.sched_getaffinity(0))
-    factory = partial(load_work, spec, max_response)
+    factory = partial(load_work, spec, max_response, max_search)
     return [Worker(factory, limits.threads, f"worker {i}") for i in range(count)]
 
 
@@ -432,6 +440,14 @@ def check_defaults(translator: Translator, defaults: DecodingConfig, limits: Ser
         raise NMTError(
             f"decoding.max_len_b={defaults.max_len_b} allows longer outputs than serve.max_output_tokens="
             f"{limits.max_output_tokens}: lower it or raise serve.max_output_tokens"
+        )
+    longest = [[0] * translator.max_source]  # only its length counts
+    (needed,) = translator.search_bytes(longest, defaults)
+    if needed > limits.max_search_mb * 2**20:
+        raise NMTError(
+            f"serve.max_search_mb={limits.max_search_mb:g}: searching one sentence of "
+            f"{translator.max_source} subwords with the default decoding.beam_size={defaults.beam_size} "
+            f"keeps {needed / 2**20:.1f} MB; raise it or lower decoding.beam_size"
         )
 
 
