@@ -62,6 +62,14 @@ class Server:
                     return sample.value
         return 0.0
 
+    def queued(self) -> int:
+        """Requests the server has taken and that wait for a worker (``/health``)."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=60) as response:
+                return json.loads(response.read())["queued"]
+        except urllib.error.HTTPError as e:  # 503 while a worker is down: the body says the same
+            return json.loads(e.read())["queued"]
+
     def raw(self, data: bytes, wait_s: float = 30) -> tuple[bytes, float]:
         """Send ``data`` on a new connection; what comes back until the server closes it (or ``wait_s``
         passes), and after how long."""
@@ -231,7 +239,9 @@ def test_ctrl_c_or_sigterm_finishes_the_requests_in_flight(start, pairs, signum)
     clients = [threading.Thread(target=client) for _ in range(3)]
     for thread in clients:
         thread.start()
-    time.sleep(2.0)  # the worker is busy, requests wait for it
+    deadline = time.monotonic() + 60
+    while server.queued() < 1 and time.monotonic() < deadline:  # the worker is busy, requests wait for it
+        time.sleep(0.05)
     interrupted = time.monotonic()
     server.interrupt(signum)
     for thread in clients:
