@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -224,28 +223,24 @@ def test_connections_beyond_the_limit_get_a_503(server, pairs):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_finishes_the_requests_in_flight(start, pairs, signum):
     """Ctrl-C, or a service manager's SIGTERM, reaches the server and its workers (one process group):
-    the workers ignore it, the requests being decoded and waiting are answered, then everything exits."""
-    server = start()
-    payload = {"text": pairs[0] * 4, "beam_size": 5, "nbest": 5}
-    statuses: list[tuple[float, int]] = []
+    the workers ignore it, the request being decoded and those waiting are answered, then everything
+    exits. Each request is decoded alone (serve.max_tokens) and takes a while, and the signal comes once
+    all of them are in: some are still in flight then, however slowly this process is scheduled."""
+    server = start("serve.timeout_s=120", "serve.max_tokens=64")
+    payload = {"text": pairs[0] * 16, "beam_size": 16, "nbest": 5}
+    requests = 4  # with the health checks, within serve.max_connections
 
-    def client() -> None:
-        while True:
-            try:
-                statuses.append((time.monotonic(), server.post("/translate", payload)[0]))
-            except (urllib.error.URLError, ConnectionError):
-                return  # the server no longer accepts connections
+    def answered_when() -> tuple[int, float]:
+        return server.post("/translate", payload)[0], time.monotonic()
 
-    clients = [threading.Thread(target=client) for _ in range(3)]
-    for thread in clients:
-        thread.start()
-    deadline = time.monotonic() + 60
-    while server.queued() < 1 and time.monotonic() < deadline:  # the worker is busy, requests wait for it
-        time.sleep(0.05)
-    interrupted = time.monotonic()
-    server.interrupt(signum)
-    for thread in clients:
-        thread.join(120)
-    assert statuses and all(status == 200 for _, status in statuses), statuses
-    assert any(at > interrupted for at, _ in statuses)  # answered after Ctrl-C
+    with ThreadPoolExecutor(requests) as pool:
+        answers = [pool.submit(answered_when) for _ in range(requests)]
+        deadline = time.monotonic() + 60
+        while server.queued() < requests - 1 and time.monotonic() < deadline:  # one decoded, the rest wait
+            time.sleep(0.05)
+        interrupted = time.monotonic()
+        server.interrupt(signum)
+        results = [answer.result(timeout=300) for answer in answers]
+    assert [status for status, _ in results] == [200] * requests, results
+    assert any(at > interrupted for _, at in results), (interrupted, results)  # answered after the signal
     assert server.gone(60)
