@@ -16,12 +16,20 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
+from nmt.config import checkpoint_paths
+from nmt.outputs import check_output_file
 from nmt.scoring import format_scores, score_corpus
 
 
 @script_main("score")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
+    inputs = {
+        "eval.src": cfg.eval.src,
+        "eval.ref": cfg.eval.ref,
+        "checkpoint": checkpoint_paths(cfg.checkpoint),
+    }
+    check_output_file(cfg.output, inputs)  # the scores would replace the text they score
     run = score_corpus(cfg)
     with contextlib.ExitStack() as files:
         out = files.enter_context(open(cfg.output, "w", encoding="utf-8")) if cfg.output else sys.stdout

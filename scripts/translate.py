@@ -12,14 +12,19 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
+from nmt.config import checkpoint_paths
 from nmt.devices import select_device
 from nmt.errors import NMTError
+from nmt.outputs import check_output_file
 from nmt.translator import StreamOptions, Translator, translate_stream
 
 
 @script_main("translate")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
+    # before anything is opened: output=FILE is emptied when opened, so it must be none of the inputs
+    inputs = {"input": cfg.input, "stdin": None if cfg.input else sys.stdin, "prefix_file": cfg.prefix_file}
+    check_output_file(cfg.output, inputs | {"checkpoint": checkpoint_paths(cfg.checkpoint)})
     translator = Translator.from_checkpoint(
         cfg.checkpoint,
         select_device(cfg.device),

@@ -66,6 +66,31 @@ def test_waiting_jobs_with_equal_settings_share_a_batch(batcher):
     assert sample(batcher.metrics, "nmt_batch_requests_count") >= 2
 
 
+def test_jobs_are_joined_only_while_their_searches_fit_the_memory_limit():
+    """serve.max_search_mb: waiting jobs with equal settings share a batch only as far as their search
+    memory (Job.memory) fits; a job over it alone is still decoded, alone."""
+    pool = [Worker(fake_factory, threads=1, name="worker 0")]
+    batcher = Batcher(pool, max_tokens=100, queue_size=8, metrics=ServiceMetrics(), max_memory=100)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        slow = batcher.submit([[1]], "key", {"sleep": 0.5}, loop.time() + 30)
+        await asyncio.sleep(0.2)  # the worker has the slow job; the others wait and are taken together
+        jobs = [
+            batcher.submit([[i]], "key", {}, loop.time() + 30, memory)
+            for i, memory in enumerate([60, 30, 20, 150, 10])
+        ]
+        await asyncio.gather(slow.future, *(job.future for job in jobs))
+        return [job.future.result() for job in jobs]
+
+    before = batcher.batches
+    answers = run(batcher, scenario)
+    assert [ids for ids, _ in answers] == [[[i]] for i in range(5)]
+    # in queue order: [60, 30, 10] (20 and 150 do not fit beside them), then [20], then [150] alone;
+    # without the limit all five would have shared one batch
+    assert batcher.batches - before == 4
+
+
 def test_a_job_cancelled_while_queued_is_never_decoded_and_frees_its_place(batcher):
     async def scenario():
         loop = asyncio.get_running_loop()

@@ -426,9 +426,13 @@ def test_export_script_writes_the_model_and_refuses_in_one_line(spm_models, tmp_
     proc = export(f"checkpoint={good}", "output=ct2", "quantization=int8")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "ct2" / "model.bin").is_file() and "ct2" in proc.stdout
-    with pytest.raises(NMTError, match="already exists; remove it or add force=true"):
+    with pytest.raises(NMTError, match="already exists; add force=true to replace it"):
         export_checkpoint(ExportCT2Config(checkpoint=str(good), output=str(tmp_path / "ct2")))
     export_checkpoint(ExportCT2Config(checkpoint=str(good), output=str(tmp_path / "ct2"), force=True))
+    # force=true replaces an export, never another directory: here the one holding the checkpoints
+    with pytest.raises(NMTError, match="did not write \\(no nmt_export.json\\), so force=true does not"):
+        export_checkpoint(ExportCT2Config(checkpoint=str(good), output=str(tmp_path), force=True))
+    assert good.is_file() and bad.is_file()
     refused = export(f"checkpoint={bad}", "output=other")
     assert refused.returncode == 1 and not (tmp_path / "other").exists()
     assert refused.stderr.strip().startswith("error: model.cross_attention='additive' cannot be exported")

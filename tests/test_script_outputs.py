@@ -90,3 +90,37 @@ def test_a_script_run_elsewhere_leaves_nothing_where_it_is_run(checkpoint, tmp_p
     if script == "plot_attention.py":  # beside the checkpoint's run's evaluations, named after its settings
         assert any(re.fullmatch(r"eval/model\.attention-[0-9a-f]{8}\.png", name) for name in made), made
         assert f"attention map: {checkpoint.parents[1] / 'eval'}" in proc.stdout
+
+
+def test_an_output_that_is_an_input_is_refused_before_it_is_emptied(checkpoint, tmp_path):
+    """``output=`` naming the input (also through a link), the prefix file, the checkpoint or, for
+    score.py, the text it scores: one line, status 1, and the file as it was."""
+    doc, prefixes = tmp_path / "doc.en", tmp_path / "prefixes.de"
+    doc.write_text(EN[0] + "\n", encoding="utf-8")
+    prefixes.write_text("ein\n", encoding="utf-8")
+    (tmp_path / "link.en").symlink_to(doc)
+    cases = [
+        ("translate.py", [f"input={doc}", f"output={doc}"], f"is input={doc}"),
+        ("translate.py", [f"input={doc}", f"output={tmp_path / 'link.en'}"], f"is input={doc}"),
+        (
+            "translate.py",
+            [f"input={doc}", f"prefix_file={prefixes}", f"output={prefixes}"],
+            "is prefix_file=",
+        ),
+        ("translate.py", [f"output={checkpoint}"], f"is checkpoint={checkpoint}"),
+        ("score.py", [f"eval.src={doc}", f"eval.ref={prefixes}", f"output={prefixes}"], "is eval.ref="),
+    ]
+    for script, args, message in cases:
+        proc = run_script(script, f"checkpoint={checkpoint}", *args, cwd=tmp_path, stdin=EN[0] + "\n")
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+    with open(doc) as stdin:  # translate.py output=doc.en < doc.en
+        script = [
+            sys.executable,
+            str(REPO / "scripts" / "translate.py"),
+            f"checkpoint={checkpoint}",
+            f"output={doc}",
+        ]
+        proc = subprocess.run(script, stdin=stdin, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1 and f"output={doc} is stdin" in proc.stderr, proc.stderr
+    assert doc.read_text(encoding="utf-8") == EN[0] + "\n" and prefixes.read_text(encoding="utf-8") == "ein\n"
+    assert checkpoint.stat().st_size > 1000

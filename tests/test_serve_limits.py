@@ -21,12 +21,14 @@ from nmt.serve.limits import (
     check_output_length,
     check_score_memory,
     check_scores,
+    check_search_memory,
     check_text,
     declared_length,
     json_depth,
     output_budget,
     read_body,
     score_batch_tokens,
+    search_groups,
 )
 
 LIMITS = ServerLimits(max_output_tokens=50, max_response_mb=1.0)
@@ -223,3 +225,42 @@ def test_a_second_start_on_a_busy_port_fails_in_one_line_before_loading_anything
         f"error: host=127.0.0.1 port={port}: cannot listen there (Address already in use); another server "
         "may hold it: stop it, or choose another port=..."
     )
+
+
+def test_a_second_start_while_the_first_loads_its_model_fails_at_once():
+    """The first server's socket listens from the start (before its model loads): Linux would let a second
+    socket with SO_REUSEADDR bind the same port while neither listens, and both would load a model."""
+    from nmt.serve import listen
+
+    first = listen("127.0.0.1", 0)
+    try:
+        port = first.getsockname()[1]
+        with pytest.raises(NMTError, match=f"port={port}: cannot listen there"):
+            listen("127.0.0.1", port).close()
+    finally:
+        first.close()
+
+
+def test_a_sentence_whose_search_alone_is_over_the_memory_limit_is_refused_naming_the_option():
+    limits = ServerLimits(max_search_mb=1.0)
+    decoding = DecodingConfig(beam_size=16)
+    check_search_memory([2**20, 2**20, 2**20], [5, 9, 7], decoding, limits, {"beam_size"})  # parts fit
+    check_search_memory([], [], decoding, limits, set())
+    status, field, message = refused(check_search_memory, [10, 3 * 2**20], [5, 40], decoding, limits, set())
+    assert (status, field) == (422, "text")
+    assert message.startswith("searching a sentence of 40 subwords with beam_size=16 keeps 3.0 MB, over ")
+    assert "serve.max_search_mb=1" in message
+    over = (check_search_memory, [3 * 2**20], [40], decoding, limits)
+    assert refused(*over, {"beam_size", "max_len_b"})[1] == "beam_size"
+    assert refused(*over, {"max_len_b"})[1] == "max_len_b"
+
+
+@pytest.mark.parametrize("limit", [1, 10, 25, 1000])
+def test_search_groups_keep_each_part_within_the_limit(limit):
+    sizes = [7, 3, 12, 5, 5, 30, 1]
+    groups = search_groups(sizes, limit)
+    assert sorted(i for group in groups for i in group) == list(range(len(sizes)))
+    assert all(sum(sizes[i] for i in group) <= limit or len(group) == 1 for group in groups)
+    assert len(groups) == (1 if limit >= sum(sizes) else len(groups)) and search_groups([], limit) == []
+    if limit == 25:  # greedy, largest first: [30] alone, then parts as full as fit
+        assert [[sizes[i] for i in group] for group in groups] == [[30], [12, 7, 5], [5, 3, 1]]

@@ -211,6 +211,63 @@ def test_one_sentence_of_a_served_batch_cannot_fail_the_others(translator):
     assert texts == translator.translate(["the cat sees it", "the bird sees me"], decoding)
 
 
+def test_the_search_memory_of_a_sentence_is_its_key_value_caches(translator):
+    """``Translator.search_bytes``: the Transformer's caches (kv_cache_bytes) over the source and the
+    longest output the length budget allows, per beam; an ensemble keeps one per model."""
+    from nmt.models import kv_cache_bytes
+
+    ids = translator.encode(["the cat sees it", "the bird sees me near the house"])
+    cfg = translator.cfg.model
+    for beam in (1, 4):
+        decoding = replace(DECODING, beam_size=beam, nbest=1, max_len_a=1.5, max_len_b=4)
+        expected = [
+            kv_cache_bytes(
+                cfg, min(int(1.5 * (len(s) + 1) + 4), translator.max_source) + 1, len(s) + 1, 4, beam
+            )
+            for s in ids
+        ]
+        assert translator.search_bytes(ids, decoding) == expected
+    model = Ensemble([translator.model, translator.model])
+    twice = Translator(model, translator.tokenizer, translator.cfg, translator.backend)
+    assert twice.search_bytes(ids, DECODING) == [2 * n for n in translator.search_bytes(ids, DECODING)]
+
+
+def test_a_served_request_is_searched_in_parts_that_fit_the_memory_limit(translator):
+    """serve.max_search_mb in the worker: the sentences of a batch are searched as many at a time as fit
+    together (a sentence over it alone, alone), and get the translations one search gives them."""
+    from nmt.serve.work import TranslateSettings, translate_batch
+
+    class Counting:
+        name = "counting"
+
+        def __init__(self, inner):
+            self.inner, self.calls = inner, []
+
+        def translate_ids(self, sources, cfg, progress=False, **kwargs):
+            self.calls.append([list(s) for s in sources])
+            return self.inner.translate_ids(sources, cfg, progress, **kwargs)
+
+    decoding = replace(DECODING, beam_size=3, nbest=1)
+    ids = translator.encode(EN[:6])
+    prefixes = translator.encode_targets(["die", "", "der", "", "", "das"])
+    sizes = dict(zip(map(tuple, ids), translator.search_bytes(ids, decoding)))
+    settings = (
+        TranslateSettings(decoding, prefixes=prefixes[:3]),
+        TranslateSettings(decoding, prefixes=prefixes[3:]),
+    )
+    items = [(ids[:3], settings[0]), (ids[3:], settings[1])]
+    whole = translate_batch(translator, 10**7, items)
+    counting = Counting(translator.backend)
+    cut = Translator(translator.model, translator.tokenizer, translator.cfg, counting)
+    limit = 2 * max(sizes.values())
+    assert translate_batch(cut, 10**7, items, max_search=limit) == whole
+    assert len(counting.calls) == 3 and sorted(map(tuple, sum(counting.calls, []))) == sorted(sizes)
+    assert all(sum(sizes[tuple(s)] for s in call) <= limit for call in counting.calls)
+    counting.calls.clear()
+    assert translate_batch(cut, 10**7, items, max_search=1) == whole  # each sentence alone
+    assert [len(call) for call in counting.calls] == [1] * 6
+
+
 def test_an_alignment_layer_the_model_lacks_is_refused_before_anything_is_decoded(translator):
     """The service refuses to start with it (the page asks for alignments with every translation)."""
     pytest.importorskip("fastapi")

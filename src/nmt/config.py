@@ -505,6 +505,9 @@ class ServerLimits:
     max_response_mb: float = 4.0  # the answer's size; attention that could exceed it is refused (422)
     # /score's log-probabilities at once (tokens x target vocabulary x 8 bytes): its batches are cut to fit
     max_score_mb: float = 256.0
+    # /translate's search state at once (a Transformer's key/value caches: beam_size hypotheses over the
+    # longest output allowed, per sentence): batches are cut to fit; a sentence over it alone gets 422
+    max_search_mb: float = 512.0
     # per request, its body (408 when not all sent by then) and waiting included: 504; a decode past it stops
     timeout_s: float = 30.0
     max_tokens: int = 4096  # source subwords decoded together, over the requests batched
@@ -599,7 +602,7 @@ class ExportCT2Config:
     # how the weights are stored: none (fp32) | int8 | int8_float32 | int8_float16 | int8_bfloat16 | int16
     # | float16 | bfloat16; CTranslate2 computes in a type the device supports
     quantization: str = "none"
-    force: bool = False  # replace an existing output directory
+    force: bool = False  # replace an earlier export at output (never another directory: nmt.outputs)
     # a shortlist file (scripts/build_shortlist.py) written as CTranslate2's vocabulary map, used by
     # backend=ct2 with decoding.shortlist set to the same file
     shortlist: str | None = None
@@ -860,6 +863,7 @@ SERVE_RULES: dict[str, Rule] = {
             "max_output_tokens",
             "max_response_mb",
             "max_score_mb",
+            "max_search_mb",
             "timeout_s",
             "max_tokens",
             "queue_size",

@@ -292,6 +292,18 @@ class Translator:
             out[i] = hyps
         return out
 
+    def search_bytes(self, ids: Sequence[Sequence[int]], decoding: DecodingConfig) -> list[int]:
+        """Per encoded source, the bytes of the decoding state its search keeps at most under ``decoding``
+        (a Transformer's key/value caches: ``beam_size`` hypotheses over the longest output the length
+        budget allows): what a service sums over a batch to bound a search's memory. The PyTorch
+        model's, whichever backend decodes (CTranslate2's own state is of the same shapes)."""
+        sizes = []
+        for seq in ids:
+            src = min(len(seq), self.max_source) + 1  # EOS
+            budget = length_budget(src, decoding.max_len_a, decoding.max_len_b, self.max_source)
+            sizes.append(self.model.search_bytes(src, budget + 1, decoding.beam_size))  # BOS and the output
+        return sizes
+
     def translate(
         self,
         lines: Sequence[str],

@@ -307,6 +307,30 @@ def test_attention_and_answers_larger_than_the_response_limit_are_refused(transl
         assert client.post("/translate", json={"text": sentences[:1]}).status_code == 200
 
 
+def test_search_memory_is_bounded_a_request_at_a_time_and_a_search_at_a_time(translator, defaults, sentences):
+    """serve.max_search_mb: a sentence whose search alone is over it gets 422 naming beam_size; a request
+    whose sentences are over it only together is searched in parts (the same translations); and a limit
+    too small for the default settings is refused at start."""
+    greedy = replace(defaults, beam_size=1, nbest=1)
+    (longest,) = translator.search_bytes([[0] * translator.max_source], greedy)
+    limits = replace(LIMITS, max_search_mb=2 * longest / 2**20)
+    with pytest.raises(NMTError, match=r"serve.max_search_mb=\S+: searching one sentence of \d+ subwords"):
+        create_app(translator, replace(limits, max_search_mb=0.5 * longest / 2**20), greedy)
+    beam4 = replace(greedy, beam_size=4)
+    sizes = translator.search_bytes(translator.encode(sentences[:8]), beam4)
+    assert sum(sizes) > limits.max_search_mb * 2**20 >= max(sizes)  # over it together only
+    with TestClient(create_app(translator, limits, greedy)) as client:
+        parts = client.post("/translate", json={"text": sentences[:8], "beam_size": 4})
+        assert parts.status_code == 200, parts.text
+        texts = [t["text"] for t in parts.json()["translations"]]
+        assert texts == translator.translate(sentences[:8], beam4)
+        long = max(sentences, key=lambda s: len(translator.encode([s])[0]))
+        over = client.post("/translate", json={"text": [long], "beam_size": 6, "max_len_a": 3.0})
+        assert over.status_code == 422 and over.json()["field"] == "beam_size", over.text
+        assert "serve.max_search_mb=" in over.json()["error"]
+        assert client.post("/translate", json={"text": sentences[:1]}).status_code == 200
+
+
 def post(url: str, payload: dict, timeout: float = 120) -> tuple[int, dict, dict]:
     request = urllib.request.Request(f"{url}/translate", json.dumps(payload).encode(), JSON)
     try:
@@ -437,7 +461,7 @@ def test_a_100mb_post_is_refused_before_it_is_held(toy, checkpoint, sentences, t
             try:
                 if urllib.request.urlopen(f"{url}/health", timeout=5).status == 200:
                     break
-            except (urllib.error.URLError, ConnectionError):
+            except OSError:  # not up yet (503, or waiting in the backlog past the timeout)
                 time.sleep(0.1)
         for _ in range(5):  # warm: the peak a good request makes
             assert post(url, {"text": sentences[:8]})[0] == 200

@@ -1,7 +1,7 @@
 """The service as scripts/serve.py runs it, in a uvicorn process of its own, against hostile and careless
 clients: huge numbers are computed or refused naming the field, one sentence's trouble stays its own,
-a foreign Host is refused, a slow body is cut off at serve.timeout_s and connections are bounded, and
-Ctrl-C finishes the requests in flight."""
+a foreign Host is refused (and counted), a slow body is cut off at serve.timeout_s and connections are
+bounded, and Ctrl-C or SIGTERM to the process group finishes the requests in flight."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -50,6 +49,26 @@ class Server:
             text = e.read()
             return e.code, json.loads(text) if e.headers.get("content-type") == "application/json" else {}
 
+    def metric(self, name: str, **labels: str) -> float:
+        """A sample of GET /metrics (Prometheus text format), 0 when absent."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=60) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return sample.value
+        return 0.0
+
+    def queued(self) -> int:
+        """Requests the server has taken and that wait for a worker (``/health``)."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=60) as response:
+                return json.loads(response.read())["queued"]
+        except urllib.error.HTTPError as e:  # 503 while a worker is down: the body says the same
+            return json.loads(e.read())["queued"]
+
     def raw(self, data: bytes, wait_s: float = 30) -> tuple[bytes, float]:
         """Send ``data`` on a new connection; what comes back until the server closes it (or ``wait_s``
         passes), and after how long."""
@@ -63,8 +82,10 @@ class Server:
                 pass
         return answer, time.monotonic() - started
 
-    def interrupt(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGINT)
+    def interrupt(self, signum: int = signal.SIGINT) -> None:
+        """Signal the server's process group, as a terminal's Ctrl-C (SIGINT) or a service manager's stop
+        (SIGTERM to the whole group) does."""
+        os.killpg(self.proc.pid, signum)
 
     def gone(self, within_s: float) -> bool:
         """Whether every process of the server's group (server, workers, resource tracker) has exited."""
@@ -101,7 +122,7 @@ def start(toy, toy_run, tmp_path_factory) -> Iterator[Callable[..., Server]]:
             try:
                 if urllib.request.urlopen(f"{server.url}/health", timeout=5).status == 200:
                     return server
-            except (urllib.error.URLError, ConnectionError):
+            except OSError:  # not up yet (503, or waiting in the backlog past the timeout)
                 time.sleep(0.1)
         raise AssertionError("the server did not start")
 
@@ -156,17 +177,25 @@ def test_an_empty_sentence_with_a_prefix_and_attention_fails_no_one(server, pair
     assert empty["text"].startswith(prefix[0]) and empty["attention"]["source_tokens"] == ["</s>"]
 
 
-@pytest.mark.parametrize("path", ["/translate", "/info", "/health", "/"])
-def test_a_foreign_host_is_refused(server, path):
+@pytest.mark.parametrize("path", ["/translate", "/info", "/health", "/", "/no/such/page"])
+def test_a_foreign_host_is_refused_and_counted(server, path):
     """A DNS-rebinding page reaches the service under its own name: only the bound address and the
-    names of localhost are answered by default."""
+    names of localhost are answered by default. Each refusal shows in /metrics, under its path (a path
+    the service does not have, under ``other``: no label per path a client makes up)."""
     method = b"POST" if path == "/translate" else b"GET"
     body = b'{"text": ["a"]}'
-    for host, status in ((b"rebind.attacker.example", b"400"), (b"localhost:%d" % server.port, b"200")):
+    label = path if path.count("/") == 1 else "other"
+    refused = {"name": "nmt_requests_total", "path": label, "status": "400"}
+    before = server.metric(**refused)
+    answers = ((b"rebind.attacker.example", b"400"), (b"localhost:%d" % server.port, b"200"))
+    for host, status in answers if label != "other" else answers[:1]:
         request = b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, path.encode(), host)
         request += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
         answer, _ = server.raw(request + b"Connection: close\r\n\r\n" + body)
         assert answer.split(b" ", 2)[1] == status, (host, answer[:200])
+    assert server.metric(**refused) == before + 1
+    named = server.metric("nmt_requests_total", path=path, status="400")
+    assert named == (before + 1 if label == path else 0)
 
 
 def test_a_body_sent_slowly_is_cut_off_at_the_timeout(server, pairs):
@@ -191,28 +220,27 @@ def test_connections_beyond_the_limit_get_a_503(server, pairs):
     answered(server, pairs[0])
 
 
-def test_ctrl_c_finishes_the_requests_in_flight(start, pairs):
-    """Ctrl-C reaches the server and its workers (one process group): the workers ignore it, the
-    requests being decoded and waiting are answered, then everything exits."""
-    server = start()
-    payload = {"text": pairs[0] * 4, "beam_size": 5, "nbest": 5}
-    statuses: list[tuple[float, int]] = []
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_finishes_the_requests_in_flight(start, pairs, signum):
+    """Ctrl-C, or a service manager's SIGTERM, reaches the server and its workers (one process group):
+    the workers ignore it, the request being decoded and those waiting are answered, then everything
+    exits. Each request is decoded alone (serve.max_tokens) and takes a while, and the signal comes once
+    all of them are in: some are still in flight then, however slowly this process is scheduled."""
+    server = start("serve.timeout_s=120", "serve.max_tokens=64")
+    payload = {"text": pairs[0] * 16, "beam_size": 16, "nbest": 5}
+    requests = 4  # with the health checks, within serve.max_connections
 
-    def client() -> None:
-        while True:
-            try:
-                statuses.append((time.monotonic(), server.post("/translate", payload)[0]))
-            except (urllib.error.URLError, ConnectionError):
-                return  # the server no longer accepts connections
+    def answered_when() -> tuple[int, float]:
+        return server.post("/translate", payload)[0], time.monotonic()
 
-    clients = [threading.Thread(target=client) for _ in range(3)]
-    for thread in clients:
-        thread.start()
-    time.sleep(2.0)  # the worker is busy, requests wait for it
-    interrupted = time.monotonic()
-    server.interrupt()
-    for thread in clients:
-        thread.join(120)
-    assert statuses and all(status == 200 for _, status in statuses), statuses
-    assert any(at > interrupted for at, _ in statuses)  # answered after Ctrl-C
+    with ThreadPoolExecutor(requests) as pool:
+        answers = [pool.submit(answered_when) for _ in range(requests)]
+        deadline = time.monotonic() + 60
+        while server.queued() < requests - 1 and time.monotonic() < deadline:  # one decoded, the rest wait
+            time.sleep(0.05)
+        interrupted = time.monotonic()
+        server.interrupt(signum)
+        results = [answer.result(timeout=300) for answer in answers]
+    assert [status for status, _ in results] == [200] * requests, results
+    assert any(at > interrupted for _, at in results), (interrupted, results)  # answered after the signal
     assert server.gone(60)

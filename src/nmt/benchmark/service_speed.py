@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -132,7 +131,7 @@ class Server:
             try:
                 if urllib.request.urlopen(f"{self.url}/health", timeout=5).status == 200:
                     return self
-            except (urllib.error.URLError, ConnectionError):
+            except OSError:  # refused, 503 while workers start, or a timeout in the backlog meanwhile
                 pass
             time.sleep(0.2)
         self.__exit__()

@@ -27,7 +27,6 @@ the map only for ``decoding.shortlist=FILE``.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -36,14 +35,16 @@ from torch import nn
 
 from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint, weights_digest
 from nmt.config import ExportCT2Config, ModelConfig, TransformerConfig
-from nmt.ct2.format import file_digest, require_ctranslate2, write_export_info
+from nmt.ct2.format import META_FILE, file_digest, require_ctranslate2, write_export_info
 from nmt.errors import NMTError
 from nmt.models.attention import Attention, DotProductAttention
 from nmt.models.transformer import DecoderLayer, EncoderLayer, Residual, Transformer
+from nmt.outputs import check_output_dir, replace_output_dir
 from nmt.shortlist import Shortlist, load_shortlist, write_vmap
 from nmt.special import BOS_ID, EOS_ID, UNK_ID
 from nmt.tokenizer import Tokenizer
 
+WRITER = "scripts/export_ct2.py"  # what the output-directory rule names as the writer of an export
 QUANTIZATIONS = (
     "none",
     "int8",
@@ -203,13 +204,13 @@ def export_model(
     the vocabulary ``shortlist`` file (scripts/build_shortlist.py) as its vocabulary map if given, which
     must have been built for the model's ``direction`` (source, target language).
 
-    The directory is filled under a temporary name and renamed at the end, so an interrupted export
-    never leaves a directory the backend would load.
+    The directory is filled under a temporary name of its own and renamed at the end, so an interrupted
+    export never leaves a directory the backend would load. ``force`` replaces an earlier export only,
+    never another directory (:func:`nmt.outputs.replace_output_dir`).
     """
     check_quantization(quantization)
     output = Path(output)
-    if output.exists() and not force:
-        raise NMTError(f"output={output} already exists; remove it or add force=true")
+    check_output_dir(output, META_FILE, force, WRITER)
     loaded = None  # the shortlist, checked before the work
     if shortlist is not None:
         if direction is None:
@@ -218,10 +219,7 @@ def export_model(
     spec = build_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
-    tmp = output.with_name(f".{output.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with replace_output_dir(output, META_FILE, force, WRITER) as tmp:
         with tempfile.TemporaryDirectory() as scratch:
             vmap = _vocabulary_map(shortlist, loaded, tokenizer, Path(scratch) / "vmap.txt")
             if vmap:
@@ -243,12 +241,6 @@ def export_model(
             **(meta or {}),
         }
         write_export_info(tmp, info)
-        if output.exists():
-            shutil.rmtree(output)
-        tmp.rename(output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return output
 
 
@@ -271,6 +263,7 @@ def _vocabulary_map(
 def export_checkpoint(cfg: ExportCT2Config) -> Path:
     """``scripts/export_ct2.py``: check that the checkpoint's model can be exported, then export it."""
     check_quantization(cfg.quantization)
+    check_output_dir(cfg.output, META_FILE, cfg.force, WRITER)
     require_ctranslate2()
     ckpt = load_checkpoint(cfg.checkpoint)
     check_exportable(checkpoint_config(ckpt).model)

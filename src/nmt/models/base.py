@@ -160,6 +160,12 @@ class Seq2Seq(nn.Module):
             logits.masked_fill_(restricted["outside"], -math.inf)
         return log_softmax_fp32(logits)
 
+    def search_bytes(self, src_positions: int, tgt_positions: int, beams: int) -> int:
+        """Bytes of the decoding state that the search of one sentence keeps (``src_positions`` source
+        positions, EOS included, searched with ``beams`` hypotheses up to ``tgt_positions`` target
+        positions): what bounds a search's memory, so that a service can cut its batches to fit."""
+        raise NotImplementedError
+
     def reorder(self, state: State, beam_indices: Tensor) -> State:
         """The state of the hypotheses ``beam_indices`` (rows of the current state, in their new order):
         beam search's new beams, or the sentences that stay when others finish.
@@ -172,6 +178,11 @@ class Seq2Seq(nn.Module):
     def cross_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Cross-attention weights (layers, batch, heads, tgt_len, src_len) under teacher forcing."""
         raise NotImplementedError
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per number of the weights, and so of the decoding state computed from them."""
+        return next(self.parameters()).element_size()
 
     @staticmethod
     def padding_mask(src: Tensor) -> Tensor:

@@ -58,6 +58,10 @@ class Ensemble(Seq2Seq):
         members = zip(self.models, state["members"])
         return {"members": [m.reorder(s, beam_indices) for m, s in members]}
 
+    def search_bytes(self, src_positions: int, tgt_positions: int, beams: int) -> int:
+        """Every model keeps its own state."""
+        return sum(m.search_bytes(src_positions, tgt_positions, beams) for m in self.models)
+
     def cross_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """The first model's: the models' layers and heads need not correspond."""
         return self.models[0].cross_attention(src, tgt_in)

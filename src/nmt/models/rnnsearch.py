@@ -156,6 +156,13 @@ class RNNSearch(Seq2Seq):
         s, context, _ = self._advance(emb, state)
         return self.output_log_probs(self._readout(s, emb, context), state), {**state, "s": s}
 
+    def search_bytes(self, src_positions: int, tgt_positions: int, beams: int) -> int:
+        """Per hypothesis: the annotations and their attention keys over the source, and the hidden state
+        (which summarises the target prefix, whatever its length)."""
+        cfg = self.cfg
+        per_hypothesis = src_positions * (2 * cfg.hidden_size + cfg.attention_dim) + cfg.hidden_size
+        return beams * per_hypothesis * self.dtype_bytes
+
     def cross_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """The alignment matrix as (layers=1, batch, heads=1, tgt_len, src_len)."""
         emb = self.dropout(self.tgt_embed(tgt_in))

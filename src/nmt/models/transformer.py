@@ -270,6 +270,11 @@ class Transformer(Seq2Seq):
         sentence = sentence.with_parts(memory=None)  # now inside the cross-attention caches
         return self.output_log_probs(x[:, -1], state), {**state, "prefix": prefix, "sentence": sentence}
 
+    def search_bytes(self, src_positions: int, tgt_positions: int, beams: int) -> int:
+        """The key/value caches (:func:`kv_cache_bytes`): per hypothesis over the target positions, per
+        sentence over the source."""
+        return kv_cache_bytes(self.cfg, tgt_positions, src_positions, self.dtype_bytes, beams)
+
     def cross_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         memory, pad = self._encode(src)
         weights: list[Tensor] = []

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import socket
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, astuple, replace
@@ -29,6 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nmt.config import DecodingConfig, ServerLimits
 from nmt.devices import select_device
@@ -41,6 +43,7 @@ from nmt.serve.limits import (
     check_output_length,
     check_score_memory,
     check_scores,
+    check_search_memory,
     declared_length,
     read_body,
     score_batch_tokens,
@@ -91,9 +94,9 @@ def create_app(
     translator.check_alignment_layer(alignment_layer)  # the page asks for alignments with each translation
     metrics = ServiceMetrics()
     max_body, max_response = limits.max_body_kb * 1024, int(limits.max_response_mb * 2**20)
-    batcher = Batcher(
-        make_workers(translator, limits, spec, max_response), limits.max_tokens, limits.queue_size, metrics
-    )
+    max_search = limits.max_search_mb * 2**20
+    workers = make_workers(translator, limits, spec, max_response)
+    batcher = Batcher(workers, limits.max_tokens, limits.queue_size, metrics, max_search)
     backend = translator.info()["backend"]
     info = {**translator.info(), "decoding": asdict(defaults), "limits": asdict(limits)}
     model = info["model"]
@@ -109,7 +112,7 @@ def create_app(
 
     app = FastAPI(title="nmt translation service", lifespan=lifespan)
     if allowed_hosts is not None:
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False)
+        app.add_middleware(HostCheck, allowed_hosts=list(allowed_hosts), metrics=metrics)
     app.state.batcher, app.state.metrics = batcher, metrics
     page = resources.files("nmt.serve").joinpath("static/index.html").read_text(encoding="utf-8")
 
@@ -173,6 +176,8 @@ def create_app(
                     raise BadRequest(422, "prefix", str(e)) from None
             asked = set(parsed.model_fields_set)
             check_output_length(lengths, decoding, limits, translator.max_source, asked)
+            memory = translator.search_bytes(ids, decoding)
+            check_search_memory(memory, lengths, decoding, limits, asked)
             if parsed.attention:
                 check_attention_size(lengths, decoding, limits, translator.max_source, model)
         except BadRequest as e:
@@ -185,7 +190,9 @@ def create_app(
         job_settings = TranslateSettings(
             decoding, parsed.attention, parsed.alignments, prefixes, alignment_layer
         )
-        return await finish(request, answer, ids, key, job_settings, deadline, "translations", decoding)
+        return await finish(
+            request, answer, ids, key, job_settings, deadline, "translations", decoding, sum(memory)
+        )
 
     async def finish(
         request: Request,
@@ -196,11 +203,12 @@ def create_app(
         deadline: float,
         name: str,
         decoding: DecodingConfig,
+        memory: int = 0,
     ) -> Response:
-        """Queue the job, wait for its worker and answer ``{name: ..., "decoding", "backend",
-        "elapsed_ms"}``, or the error that stopped it."""
+        """Queue the job (whose search keeps ``memory`` bytes), wait for its worker and answer
+        ``{name: ..., "decoding", "backend", "elapsed_ms"}``, or the error that stopped it."""
         try:
-            job = batcher.submit(ids, key, job_settings, deadline)
+            job = batcher.submit(ids, key, job_settings, deadline, memory)
         except QueueFull as e:
             return answer(
                 503, {"error": f"busy: {e}; retry later"}, {"Retry-After": str(limits.retry_after_s)}
@@ -279,17 +287,22 @@ def create_app(
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+BACKLOG = 2048  # connections waiting to be accepted: uvicorn's default
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """The service's socket, bound before the model loads: a port already in use (a second start) fails
-    at once, in one line, instead of after the model and its workers are up."""
+    """The service's socket, bound and listening before the model loads: a port already in use (a second
+    start) fails at once, in one line, instead of after the model and its workers are up. It listens
+    at once because Linux lets sockets with SO_REUSEADDR share a port while none of them listens, so a
+    second start that only bound would load its model beside the first; clients that connect while
+    the model loads wait in the backlog until the service answers."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
+        sock.listen(BACKLOG)
     except OSError as e:
         sock.close()
         raise NMTError(
@@ -308,6 +321,29 @@ def trusted_hosts(configured: Sequence[str], bound: str) -> list[str]:
     if bound in ANY_ADDRESS:
         hosts = [*LOCAL_HOSTS, socket.gethostname(), socket.getfqdn()]
     return list(dict.fromkeys(h.lower() for h in hosts if h))
+
+
+class HostCheck(TrustedHostMiddleware):
+    """Starlette's Host check (400 for a Host not allowed), its refusals counted in ``/metrics`` and the
+    access log as every other answer is: a DNS-rebinding page probing the service shows there. They are
+    counted under the request's path when the service has it, under ``other`` otherwise, so that
+    arbitrary paths never become metric labels."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str], metrics: ServiceMetrics):
+        super().__init__(self._allowed, allowed_hosts=allowed_hosts, www_redirect=False)
+        self.inner, self.metrics = app, metrics
+
+    async def _allowed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["nmt.host_allowed"] = True
+        await self.inner(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.monotonic()
+        await super().__call__(scope, receive, send)
+        if scope["type"] == "http" and not scope.get("nmt.host_allowed"):
+            routes = {getattr(route, "path", None) for route in scope["app"].routes}
+            path = scope["path"] if scope["path"] in routes else "other"
+            self.metrics.answered(path, 400, 0, time.monotonic() - started)
 
 
 class Reply:
@@ -334,12 +370,14 @@ def make_workers(
 ) -> list[Worker | InlineWorker]:
     """``serve.workers`` processes built from ``spec`` (0: one per CPU core this process may use, one
     on a GPU), or, without a spec, ``translator`` in a thread."""
+    max_search = limits.max_search_mb * 2**20
     if spec is None:
-        return [InlineWorker(partial(translate_batch, translator, max_response), "worker 0")]
+        work = partial(translate_batch, translator, max_response, max_search=max_search)
+        return [InlineWorker(work, "worker 0")]
     count = limits.workers
     if count == 0:
         count = 1 if select_device(spec.device).type != "cpu" else len(os.sched_getaffinity(0))
-    factory = partial(load_work, spec, max_response)
+    factory = partial(load_work, spec, max_response, max_search)
     return [Worker(factory, limits.threads, f"worker {i}") for i in range(count)]
 
 
@@ -402,6 +440,14 @@ def check_defaults(translator: Translator, defaults: DecodingConfig, limits: Ser
         raise NMTError(
             f"decoding.max_len_b={defaults.max_len_b} allows longer outputs than serve.max_output_tokens="
             f"{limits.max_output_tokens}: lower it or raise serve.max_output_tokens"
+        )
+    longest = [[0] * translator.max_source]  # only its length counts
+    (needed,) = translator.search_bytes(longest, defaults)
+    if needed > limits.max_search_mb * 2**20:
+        raise NMTError(
+            f"serve.max_search_mb={limits.max_search_mb:g}: searching one sentence of "
+            f"{translator.max_source} subwords with the default decoding.beam_size={defaults.beam_size} "
+            f"keeps {needed / 2**20:.1f} MB; raise it or lower decoding.beam_size"
         )
 
 

@@ -1,12 +1,13 @@
 """Requests decoded together: concurrent requests with the same settings share one search, up to
-``serve.max_tokens`` source subwords, and wait in a bounded queue for one of the worker processes.
+``serve.max_tokens`` source subwords and ``serve.max_search_mb`` of search memory, and wait in a bounded
+queue for one of the worker processes.
 
 Each request is a :class:`Job`. The event loop only queues jobs and hands out results; each worker
 (:mod:`nmt.serve.workers`) has a consumer task that takes the oldest job and every queued job with its
 settings that fits beside it, and sends them to its process, so the server keeps answering (``/health``,
-``/metrics``, a full queue's 503) while it translates. A job that alone exceeds ``max_tokens`` is
-decoded alone. Batching never changes a translation: the search decodes each sentence as it would
-decode it alone.
+``/metrics``, a full queue's 503) while it translates. A job that alone exceeds ``max_tokens`` or
+``max_memory`` is decoded alone (its worker cuts its search to fit). Batching never changes a
+translation: the search decodes each sentence as it would decode it alone.
 
 Everything bound to an event loop (the wake-up event, the consumer tasks) is made in :meth:`Batcher.start`
 on the loop that serves, so an app can be served again (a second server, a second test client, a
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ class Job:
     settings: Any  # what the work function needs besides the sentences
     deadline: float  # loop time after which nobody waits for the answer
     future: asyncio.Future = field(repr=False)
+    memory: int = 0  # bytes its search keeps (serve.max_search_mb bounds a batch's sum)
 
     @property
     def tokens(self) -> int:
@@ -60,13 +63,22 @@ class Batcher:
     """The queue of jobs and the consumers that hand them to ``workers``; a worker's answer to a batch
     is one result per job, in order."""
 
-    def __init__(self, workers: Sequence[Worker], max_tokens: int, queue_size: int, metrics: ServiceMetrics):
+    def __init__(
+        self,
+        workers: Sequence[Worker],
+        max_tokens: int,
+        queue_size: int,
+        metrics: ServiceMetrics,
+        max_memory: float = math.inf,
+    ):
+        """``max_memory``: the bytes the searches of a batch's jobs may keep together (``Job.memory``)."""
         self.workers, self.max_tokens, self.queue_size, self.metrics = (
             workers,
             max_tokens,
             queue_size,
             metrics,
         )
+        self.max_memory = max_memory
         self.pending: deque[Job] = deque()
         self.batches = 0  # decoded so far
         self.restarts = 0  # of workers and consumers
@@ -110,14 +122,16 @@ class Batcher:
         )
 
     # ------------------------------------------------------------------------------ the queue
-    def submit(self, ids: list[list[int]], key: Hashable, settings: Any, deadline: float) -> Job:
-        """Queue a job (on the event loop); QueueFull when ``queue_size`` jobs are already waiting.
-        Cancelling the job's future takes it out of the queue."""
+    def submit(
+        self, ids: list[list[int]], key: Hashable, settings: Any, deadline: float, memory: int = 0
+    ) -> Job:
+        """Queue a job (on the event loop) whose search keeps ``memory`` bytes; QueueFull when
+        ``queue_size`` jobs are already waiting. Cancelling the job's future takes it out of the queue."""
         if len(self.pending) >= self.queue_size:
             raise QueueFull(f"{len(self.pending)} requests are waiting")
         if self._wake is None:
             raise WorkerFailed("the service is not started")
-        job = Job(ids, key, settings, deadline, asyncio.get_running_loop().create_future())
+        job = Job(ids, key, settings, deadline, asyncio.get_running_loop().create_future(), memory)
         self.pending.append(job)
         job.future.add_done_callback(lambda _: self._discard(job))
         self._wake.set()
@@ -138,14 +152,17 @@ class Batcher:
         self._update_gauges()
 
     def take(self) -> list[Job]:
-        """The oldest job and the queued jobs with its key that fit beside it in ``max_tokens``."""
+        """The oldest job and the queued jobs with its key that fit beside it in ``max_tokens`` and
+        ``max_memory``."""
         first = self.pending.popleft()
-        batch, tokens = [first], first.tokens
+        batch, tokens, memory = [first], first.tokens, first.memory
         for job in list(self.pending):
-            if job.key == first.key and tokens + job.tokens <= self.max_tokens:
+            fits = tokens + job.tokens <= self.max_tokens and memory + job.memory <= self.max_memory
+            if job.key == first.key and fits:
                 self.pending.remove(job)
                 batch.append(job)
                 tokens += job.tokens
+                memory += job.memory
         self._update_gauges()
         return batch
 

@@ -1,6 +1,7 @@
 """What one request may cost, checked before the cost is paid: the body's size (from Content-Length,
 then while it streams in), its media type, how deeply its JSON nests, how long its translations may
-get and how large its answer may grow. A request over a limit gets a 4xx naming what is over it.
+get, how much memory their search may keep and how large its answer may grow. A request over a limit
+gets a 4xx naming what is over it.
 
 The checks are on cheap upper bounds (the declared length, the bytes read so far, the output budget
 ``max_len_a * src_len + max_len_b``), so a hostile request costs at most the limit, never its own size.
@@ -161,6 +162,48 @@ def check_output_length(
         message = f"max_len_a={decoding.max_len_a:g}, max_len_b={b} allow {budget:.0f}"
         message += f" target subwords for a sentence of {longest}"
     raise BadRequest(422, field, f"{message}; the server makes at most {limit} (serve.max_output_tokens)")
+
+
+def check_search_memory(
+    sizes: Sequence[int],
+    lengths: Sequence[int],
+    decoding: DecodingConfig,
+    limits: ServerLimits,
+    asked: set[str],
+) -> None:
+    """Refuse (422) a request with a sentence whose search alone would keep more than
+    ``serve.max_search_mb`` (``sizes``: each sentence's decoding state, ``Translator.search_bytes``;
+    ``lengths``: its source subwords). Within that, the search's batches are cut to fit: the batcher
+    joins requests, and a worker searches a request's sentences, only as many at a time as fit
+    together. The error names the option the request set (``asked``), or its text."""
+    if not sizes:
+        return
+    worst = max(range(len(sizes)), key=sizes.__getitem__)
+    if sizes[worst] <= limits.max_search_mb * 2**20:
+        return
+    field = next((name for name in ("beam_size", "max_len_a", "max_len_b") if name in asked), "text")
+    raise BadRequest(
+        422,
+        field,
+        f"searching a sentence of {lengths[worst]} subwords with beam_size={decoding.beam_size} keeps "
+        f"{sizes[worst] / 2**20:.1f} MB, over serve.max_search_mb={limits.max_search_mb:g}; ask for a "
+        "smaller beam_size or max_len_b, or send shorter sentences",
+    )
+
+
+def search_groups(sizes: Sequence[int], max_bytes: float) -> list[list[int]]:
+    """Indices of ``sizes`` (each sentence's search state) in groups searched together, each within
+    ``max_bytes`` (a sentence over it alone: a group of its own); similar sizes (lengths) together, so
+    that the groups pad little. One group when all fit."""
+    groups: list[list[int]] = [[]]
+    total = 0
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        if groups[-1] and total + sizes[i] > max_bytes:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += sizes[i]
+    return groups if groups[0] else []
 
 
 def check_scores(decoding: DecodingConfig, limits: ServerLimits) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from nmt.config import DecodingConfig
 from nmt.devices import select_device
 from nmt.errors import NMTError
+from nmt.serve.limits import search_groups
 from nmt.translator import Hypothesis, Translator, WordAlignment
 
 
@@ -72,30 +74,37 @@ class JobResult:
     refused: str | None = None  # why this request, decoded alone, was refused (an NMTError)
 
 
-def load_work(spec: TranslatorSpec, max_bytes: int) -> Callable[[list[Item]], list[JobResult]]:
+def load_work(
+    spec: TranslatorSpec, max_bytes: int, max_search: float
+) -> Callable[[list[Item]], list[JobResult]]:
     """The work function of a worker process (a WorkFactory when bound with functools.partial)."""
-    return functools.partial(translate_batch, spec.load(), max_bytes)
+    return functools.partial(translate_batch, spec.load(), max_bytes, max_search=max_search)
 
 
-def translate_batch(translator: Translator, max_bytes: int, items: list[Item]) -> list[JobResult]:
-    """Decode the requests of ``items`` (one decoding setting) in one search, or score them
-    (:func:`score_batch`); per request, its answer. When the batch is refused (NMTError), each request
-    is done again alone, so that only the one at fault gets the refusal (``JobResult.refused``)."""
+def translate_batch(
+    translator: Translator, max_bytes: int, items: list[Item], max_search: float = math.inf
+) -> list[JobResult]:
+    """Decode the requests of ``items`` (one decoding setting) in one search, or in as few as keep at
+    most ``max_search`` bytes each (``serve.max_search_mb``), or score them (:func:`score_batch`); per
+    request, its answer. When the batch is refused (NMTError), each request is done again alone, so
+    that only the one at fault gets the refusal (``JobResult.refused``)."""
     try:
-        return batch_results(translator, max_bytes, items)
+        return batch_results(translator, max_bytes, items, max_search)
     except NMTError:
         if len(items) == 1:
             raise
     results = []
     for item in items:
         try:
-            results += batch_results(translator, max_bytes, [item])
+            results += batch_results(translator, max_bytes, [item], max_search)
         except NMTError as e:
             results.append(JobResult(None, 0, 0, refused=str(e)))
     return results
 
 
-def batch_results(translator: Translator, max_bytes: int, items: list[Item]) -> list[JobResult]:
+def batch_results(
+    translator: Translator, max_bytes: int, items: list[Item], max_search: float
+) -> list[JobResult]:
     settings = items[0][1]
     if isinstance(settings, ScoreSettings):
         return score_batch(translator, max_bytes, items)
@@ -104,7 +113,7 @@ def batch_results(translator: Translator, max_bytes: int, items: list[Item]) -> 
     prefixes = None
     if any(s.prefixes for _, s in items):
         prefixes = [p for sources, s in items for p in (s.prefixes or [[] for _ in sources])]
-    hyps = translator.search(ids, decoding, prefixes=prefixes)
+    hyps = search_within(translator, ids, decoding, prefixes, max_search)
     aligned = None
     if settings.alignments:
         targets = [nbest[0].tokens if nbest else [] for nbest in hyps]
@@ -121,6 +130,28 @@ def batch_results(translator: Translator, max_bytes: int, items: list[Item]) -> 
         tokens = sum(len(nbest[0].tokens) for nbest in nbests if nbest)
         results.append(json_result(sentences, max_bytes, tokens))
     return results
+
+
+def search_within(
+    translator: Translator,
+    ids: list[list[int]],
+    decoding: DecodingConfig,
+    prefixes: list[list[int]] | None,
+    max_bytes: float,
+) -> list[list[Hypothesis]]:
+    """``translator.search`` of ``ids``, in groups of sentences whose search state together is within
+    ``max_bytes`` (:func:`~nmt.serve.limits.search_groups`): a request of many sentences at a large
+    beam is searched a part at a time. The search decodes each sentence as it would alone, so the
+    groups change no translation."""
+    groups = search_groups(translator.search_bytes(ids, decoding), max_bytes)
+    if len(groups) <= 1:
+        return translator.search(ids, decoding, prefixes=prefixes)
+    hyps: list[list[Hypothesis]] = [[] for _ in ids]
+    for group in groups:
+        part = [prefixes[i] for i in group] if prefixes is not None else None
+        for i, found in zip(group, translator.search([ids[i] for i in group], decoding, prefixes=part)):
+            hyps[i] = found
+    return hyps
 
 
 def score_batch(translator: Translator, max_bytes: int, items: list[Item]) -> list[JobResult]:

@@ -55,12 +55,15 @@ def worker_main(conn: Connection, factory: WorkFactory, threads: int) -> None:
     """The worker process: build the work function, say ready, then answer batch after batch until the
     pipe closes (the server stopped) or a ``None`` arrives.
 
-    Ctrl-C reaches every process of the terminal's process group, workers included: it is the server's
-    to handle (uvicorn finishes the requests in flight, then stops the workers), so a worker ignores it
-    and finishes the batch it holds. Progress bars get a thread lock instead of tqdm's default, a
+    Ctrl-C reaches every process of the terminal's process group, workers included, and so does the
+    SIGTERM of a service manager that stops the whole group (systemd's default ``KillMode=control-group``,
+    ``kill -TERM -PGID``): both are the server's to handle (uvicorn finishes the requests in flight, then
+    stops the workers, killing one that has not ended within its grace), so a worker ignores them and
+    finishes the batch it holds. Progress bars get a thread lock instead of tqdm's default, a
     multiprocessing lock whose named semaphore in /dev/shm would outlive a worker killed for a timeout
     until the server exits."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     tqdm.set_lock(threading.RLock())
     torch.set_num_threads(threads)
     try:
