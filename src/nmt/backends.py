@@ -23,7 +23,7 @@ from nmt.models import Seq2Seq
 from nmt.shortlist import Shortlist, load_shortlist
 from nmt.tokenizer import Tokenizer
 
-BACKENDS = ("torch", "ct2")
+BACKENDS = ("torch", "ct2")  # the backend= choices (nmt.config.InferenceConfig; checked at start)
 
 
 class Backend(Protocol):
@@ -146,8 +146,6 @@ def load_backend(
     """The backend ``backend=name`` asks for: ``model`` (translating ``direction``) searched by us, or
     CTranslate2 over ``ct2_model`` (the directory scripts/export_ct2.py wrote from the same model: its
     weights are checked) with ``ct2_threads`` (inter, intra; 0 = auto)."""
-    if name not in BACKENDS:
-        raise NMTError(f"backend={name!r}: choose one of {', '.join(BACKENDS)}")
     if name == "torch":
         return TorchBackend(model, tokenizer, device, max_positions, direction)
     if not ct2_model:
