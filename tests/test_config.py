@@ -126,6 +126,7 @@ REGISTRIES = [
     ("optim.name", OPTIMIZERS),
     ("optim.schedule", SCHEDULES),
     ("trainer.precision", ["auto", *DTYPES]),
+    ("bench.precisions", ["auto", *DTYPES]),
     ("trainer.best_metric", HIGHER_IS_BETTER),
     ("backend", BACKENDS),
     ("format", FORMATS),
@@ -140,6 +141,7 @@ def choice_settings() -> dict[str, set[tuple[str, ...]]]:
     """Every setting with choices, in any schema (``model.arch``, ``backend``, ...), and its choices."""
     sections = {config.DataConfig: "data.", config.ModelConfig: "model.", config.OptimConfig: "optim."}
     sections |= {config.TokenizerConfig: "tokenizer.", config.TrainerConfig: "trainer."}
+    sections |= {config.BenchConfig: "bench."}
     found: dict[str, set[tuple[str, ...]]] = {}
     for schema in vars(config).values():
         if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):

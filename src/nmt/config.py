@@ -36,6 +36,10 @@ PROBABILITY: Rule = (lambda v: 0 <= v < 1, "must be in [0, 1)")
 SHARE: Rule = (lambda v: 0 < v <= 1, "must be in (0, 1]")
 
 
+def one_of(choices: tuple[str, ...]) -> str:
+    return f"must be one of {', '.join(choices)}"
+
+
 def knob(
     default: Any = MISSING,
     rule: Rule | None = None,
@@ -43,11 +47,14 @@ def knob(
     speed_only: bool = False,
 ) -> Any:
     """A setting that declares what it accepts: its default (a list is copied for each config), the rule
-    its values follow or the choices it takes (the names its implementation's registry is keyed by),
-    checked at start by check_values; and, for a decoding option, whether it changes only the speed,
-    never the translation (the service keeps such options to itself). Its description is its comment."""
-    if choices is not None:
-        rule = (lambda v: v in choices, f"must be one of {', '.join(choices)}")
+    its values follow or the choices it takes (the names its implementation's registry is keyed by; a
+    list's items each), checked at start by check_values; and, for a decoding option, whether it changes
+    only the speed, never the translation (the service keeps such options to itself). Its description
+    is its comment."""
+    if choices is not None and isinstance(default, list):
+        rule = (lambda v: all(x in choices for x in v), f"must each be one of {', '.join(choices)}")
+    elif choices is not None:
+        rule = (lambda v: v in choices, one_of(choices))
     metadata = {"rule": rule, "choices": choices, "speed_only": speed_only}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
@@ -68,7 +75,7 @@ class CleanConfig:
 
 @dataclass
 class DataConfig:
-    source: str = knob(choices=("hf", "local", "multi30k", "toy"))  # the schema of each: DATA_SCHEMAS
+    source: str = knob(choices=("hf", "local", "multi30k", "toy"))  # "hf" | "local" | "multi30k" | "toy"
     name: str = MISSING  # prepared corpus goes to {cache_dir}/{name}/
     cache_dir: str = "data"
     src_lang: str = "en"
@@ -166,7 +173,7 @@ class TokenizerConfig:
 
 @dataclass
 class ModelConfig:
-    arch: str = knob(choices=("transformer", "rnnsearch"))  # the schema of each: MODEL_SCHEMAS
+    arch: str = knob(choices=("transformer", "rnnsearch"))
     dropout: float = knob(0.1, PROBABILITY)
     # longest source/target (subwords); longer input is truncated
     max_positions: int = knob(1024, (lambda v: v >= 2, "must be >= 2 (one token plus EOS)"))
@@ -250,6 +257,7 @@ class DefaultBudgetConfig:
     gpu_steps: int = knob(50_000, POSITIVE)  # updates on a GPU
 
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: nmt.devices.resolve_precision; the others: DTYPES
 # Validation metrics that trainer.best_metric may name, and whether higher is better.
 HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False, "ppl": False}
 
@@ -259,7 +267,7 @@ class TrainerConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
     # "auto" | "fp32" | "bf16" | "fp16"; auto = bf16 (fp16 if unsupported) on GPU; on a CPU bf16 with AMX,
     # fp32 without native bf16, and with avx512_bf16 alone whichever a timed probe finds faster
-    precision: str = knob("auto", choices=("auto", "fp32", "bf16", "fp16"))
+    precision: str = knob("auto", choices=PRECISIONS)
     # auto on an avx512_bf16-only CPU: bf16 only if the probe finds it this many times as fast as fp32
     # (bf16 rounds more: it must clearly pay, and noise must not flip the choice)
     cpu_bf16_min_speedup: float = knob(1.1, POSITIVE)
@@ -414,7 +422,7 @@ class BenchConfig:
     decode: bool = True  # greedy and beam search, cached and uncached
     warmup_steps: int = 5  # training steps run before measuring (allocator, autotuning, compile)
     steps: int = 20  # measured training steps per model; medians are reported
-    precisions: list[str] = field(default_factory=list)  # also time these, e.g. [fp32,bf16], same batches
+    precisions: list[str] = knob([], choices=PRECISIONS)  # also time these, e.g. [fp32,bf16], same batches
     decode_sentences: int = 1000  # test sentences decoded per setting; 0 = the whole test split
     beam_size: int = 5  # the beam of the beam-search measurements (greedy is always measured too)
     checkpoint: str | None = None  # trained model for decoding; None = the randomly initialised one
@@ -850,8 +858,17 @@ def check_values(cfg: object, prefix: str = "") -> None:
             fits(cfg, prefix)
 
 
+def check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    """A choice given to a function rather than in a config, refused as check_values refuses a setting."""
+    if value not in choices:
+        raise NMTError(f"{key}={value}: {one_of(choices)}{closest_choice(value, choices)}")
+
+
 def closest_choice(value: Any, choices: tuple[str, ...] | None) -> str:
-    """``; did you mean X?`` for the choice closest to a refused value (case aside), else nothing."""
+    """``; did you mean X?`` for the choice closest to a refused value (a list's first refused item),
+    case aside, else nothing."""
+    if isinstance(value, list):
+        value = next((x for x in value if x not in (choices or ())), "")
     lowered = {c.lower(): c for c in choices or ()}
     close = difflib.get_close_matches(str(value).lower(), list(lowered), n=1, cutoff=0.6)
     return f"; did you mean {lowered[close[0]]}?" if close else ""
