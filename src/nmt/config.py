@@ -37,6 +37,7 @@ SHARE: Rule = (lambda v: 0 < v <= 1, "must be in (0, 1]")
 
 
 def one_of(choices: tuple[str, ...]) -> str:
+    """What a setting with these choices must be, in the refusal's words."""
     return f"must be one of {', '.join(choices)}"
 
 
