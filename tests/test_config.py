@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from nmt import config
 from nmt.attention_maps import HEAD_MODES
 from nmt.backends import BACKENDS
+from nmt.cli import _missing_keys
 from nmt.config import (
     DATA_SCHEMAS,
     HIGHER_IS_BETTER,
@@ -194,6 +195,14 @@ def test_a_bad_choice_fails_before_any_data_in_the_one_format(override, compose_
 def test_an_architecture_other_than_the_models_is_refused():
     with pytest.raises(NMTError, match=r"^model\.arch=rnnsearch: must be transformer here"):
         check_values(config.TransformerConfig(arch="rnnsearch"), "model.")
+
+
+def test_every_scripts_defaults_pass_the_checks(compose_cfg):
+    """What every script checks at start (nmt.cli.run_cli) holds for its defaults, required keys given."""
+    for name in sorted(p.stem for p in CONFIGS.glob("*.yaml")):
+        extra = ["experiment=toy"] if name in ("train", "benchmark") else []
+        missing = list(_missing_keys(OmegaConf.to_container(compose_cfg(name, *extra), resolve=False)))
+        check_values(OmegaConf.to_object(compose_cfg(name, *extra, *[f"{key}=x" for key in missing])))
 
 
 def test_every_preset_passes_the_checks(compose_cfg):
