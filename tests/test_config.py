@@ -34,6 +34,7 @@ from nmt.ct2.export import QUANTIZATIONS
 from nmt.data.sources import READERS
 from nmt.devices import DTYPES
 from nmt.errors import NMTError
+from nmt.metrics import METRICS
 from nmt.models import ARCHS
 from nmt.models.attention import ATTENTION
 from nmt.models.transformer import POSITIONALS
@@ -133,18 +134,18 @@ REGISTRIES = [
     ("trainer.best_metric", HIGHER_IS_BETTER),
     ("backend", BACKENDS),
     ("format", FORMATS),
+    ("eval.metrics", METRICS),
     ("heads", HEAD_MODES),
     ("quantization", QUANTIZATIONS),
 ]
-# Choices that name no registry of ours: the library's own names.
-LIBRARY_CHOICES = {"tokenizer.model_type": "SentencePiece's model types"}
+LIBRARY_CHOICES = {"tokenizer.model_type"}  # choices that are a library's names (SentencePiece's), not ours
 
 
 def choice_settings() -> dict[str, set[tuple[str, ...]]]:
     """Every setting with choices, in any schema (``model.arch``, ``backend``, ...), and its choices."""
     sections = {config.DataConfig: "data.", config.ModelConfig: "model.", config.OptimConfig: "optim."}
     sections |= {config.TokenizerConfig: "tokenizer.", config.TrainerConfig: "trainer."}
-    sections |= {config.BenchConfig: "bench."}
+    sections |= {config.BenchConfig: "bench.", config.EvalFilesConfig: "eval."}
     found: dict[str, set[tuple[str, ...]]] = {}
     for schema in vars(config).values():
         if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
@@ -160,7 +161,7 @@ def test_every_registry_is_keyed_by_its_settings_choices():
     """Adding a kind to an implementation without its choice beside the setting, or a choice without its
     implementation, fails here; so does a choice-valued setting whose registry is not listed."""
     settings = choice_settings()
-    assert set(settings) == {key for key, _ in REGISTRIES} | set(LIBRARY_CHOICES)
+    assert set(settings) == {key for key, _ in REGISTRIES} | LIBRARY_CHOICES
     for key, registry in REGISTRIES:
         for choices in settings[key]:  # backend: translate's and distill's
             assert list(choices) == list(registry), key
@@ -169,6 +170,7 @@ def test_every_registry_is_keyed_by_its_settings_choices():
 @pytest.mark.parametrize(
     "override",
     [
+        "data.source=locl",
         "optim.schedule=inverse_sqr",
         "optim.name=adamm",
         "model.arch=transfomer",

@@ -446,7 +446,7 @@ class TextPairConfig:
 @dataclass
 class EvalFilesConfig(TextPairConfig):
     out: str | None = None  # hypotheses file; default: next to the report
-    metrics: list[str] = field(default_factory=lambda: ["bleu", "chrf"])  # add "ter" for TER
+    metrics: list[str] = knob(["bleu", "chrf"], choices=("bleu", "chrf", "ter"))  # add "ter" for TER
     tb_dir: str | None = None  # a run dir whose TensorBoard gets the scores
     by_length: bool = False  # also score buckets of source length (subwords): 1-10, 11-20, 21-30, 31-50, 51+
 
