@@ -4,10 +4,13 @@ checked against pinned digests; a corrupt, cut or unreachable download leaves no
 import gzip
 import hashlib
 import http.server
+import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -28,40 +31,85 @@ needs_shared = pytest.mark.skipif(
 )
 
 
-class Handler(http.server.SimpleHTTPRequestHandler):
-    """Serves a folder; a path listed in ``cut`` declares its whole length and sends half of it."""
+@dataclass
+class Misbehaviour:
+    """What the test server does instead of serving a file, by the file's name."""
 
-    cut: set[str] = set()
+    cut: set[str] = field(default_factory=set)  # declares the whole length, sends half of it
+    trickle: set[str] = field(default_factory=set)  # declares 30 bytes, sends one every 0.2 s
+    endless: set[str] = field(default_factory=set)  # sends zeros (no length) until 64 MB or a hang-up
+    redirect: dict[str, str] = field(default_factory=dict)  # answers 302 to this URL
+    sent: dict[str, int] = field(default_factory=dict)  # bytes of the endless bodies sent, when done
+    requests: list[str] = field(default_factory=list)  # the paths asked for
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    """Serves a folder, misbehaving as ``odd`` says."""
+
+    odd: Misbehaviour
 
     def do_GET(self) -> None:
         name = self.path.rsplit("/", 1)[-1]
-        if name not in self.cut:
-            return super().do_GET()
-        body = Path(self.translate_path(self.path)).read_bytes()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body[: len(body) // 2])
-        self.wfile.flush()
+        self.odd.requests.append(self.path)
+        try:
+            if name in self.odd.redirect:
+                self.send_response(302)
+                self.send_header("Location", self.odd.redirect[name])
+                self.end_headers()
+            elif name in self.odd.cut:
+                body = Path(self.translate_path(self.path)).read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+            elif name in self.odd.trickle:
+                self.send_response(200)
+                self.send_header("Content-Length", "30")
+                self.end_headers()
+                for _ in range(30):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            elif name in self.odd.endless:
+                self.send_response(200)
+                self.end_headers()
+                sent = 0
+                try:
+                    while sent < 64 << 20:
+                        self.wfile.write(bytes(1 << 16))
+                        sent += 1 << 16
+                finally:
+                    self.odd.sent[name] = sent
+            else:
+                return super().do_GET()
+        except OSError:  # the client hung up
+            pass
         self.close_connection = True
 
     def log_message(self, *args) -> None:
         pass
 
 
+@dataclass
+class Server:
+    url: str  # of the folder of the .gz files
+    root: Path  # the folder it serves them from
+    odd: Misbehaviour
+
+
 @pytest.fixture
-def server(tmp_path) -> Iterator[tuple[str, Path, set[str]]]:
-    """(base URL, the folder it serves, the names to cut short)."""
+def server(tmp_path) -> Iterator[Server]:
     root = tmp_path / "served" / "task1" / "raw"
     root.mkdir(parents=True)
-    cut: set[str] = set()
-    handler = type("CutHandler", (Handler,), {"cut": cut})
+    odd = Misbehaviour()
+    handler = type("OddHandler", (Handler,), {"odd": odd})
     httpd = http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), partial(handler, directory=str(tmp_path / "served"))
     )
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/task1/raw", root, cut
+    yield Server(f"http://127.0.0.1:{httpd.server_address[1]}/task1/raw", root, odd)
     httpd.shutdown()
     httpd.server_close()
 
@@ -96,13 +144,12 @@ def nothing_cached(cfg: Multi30kDataConfig) -> bool:
 
 
 def test_the_download_is_checked_cached_and_reused_offline(tmp_path, server, synthetic):
-    url, root, _ = server
-    serve_gzipped(synthetic, root)
-    cfg = config(tmp_path, url)
+    serve_gzipped(synthetic, server.root)
+    cfg = config(tmp_path, server.url)
     folder = multi30k_dir(cfg)
     assert folder == download_cache(cfg)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == synthetic
-    for gz in root.iterdir():  # the server no longer has them: the cache answers
+    for gz in server.root.iterdir():  # the server no longer has them: the cache answers
         gz.unlink()
     assert multi30k_dir(cfg) == folder
 
@@ -122,7 +169,7 @@ def test_a_copy_in_data_dir_comes_first_and_is_checked(tmp_path, synthetic):
 
 
 def test_a_corrupt_file_is_refused_naming_it_and_both_digests(tmp_path, server, synthetic):
-    url, root, _ = server
+    url, root = server.url, server.root
     serve_gzipped({**synthetic, "test.de": b"tampered\n"}, root)
     cfg = config(tmp_path, url)
     got, want = hashlib.sha256(b"tampered\n").hexdigest(), hashlib.sha256(synthetic["test.de"]).hexdigest()
@@ -136,21 +183,20 @@ def test_a_corrupt_file_is_refused_naming_it_and_both_digests(tmp_path, server, 
 
 
 def test_an_interrupted_transfer_is_refused_and_nothing_is_cached(tmp_path, server, synthetic):
-    url, root, cut = server
-    serve_gzipped(synthetic, root)
-    cut.add("val.en.gz")
-    cfg = config(tmp_path, url)
+    serve_gzipped(synthetic, server.root)
+    server.odd.cut.add("val.en.gz")
+    cfg = config(tmp_path, server.url)
     with pytest.raises(
         NMTError, match=r"val.en.gz: the transfer stopped after \d+ of \d+ bytes; nothing was cached"
     ):
         multi30k_dir(cfg)
     assert nothing_cached(cfg)
-    cut.clear()  # the retry completes
+    server.odd.cut.clear()  # the retry completes
     assert multi30k_dir(cfg) == download_cache(cfg)
 
 
 def test_a_truncated_gzip_is_refused(tmp_path, server, synthetic):
-    url, root, _ = server
+    url, root = server.url, server.root
     serve_gzipped(synthetic, root)
     gz = root / "train.de.gz"
     gz.write_bytes(gz.read_bytes()[:-12])
@@ -161,7 +207,7 @@ def test_a_truncated_gzip_is_refused(tmp_path, server, synthetic):
 
 
 def test_a_gzip_bomb_stops_at_the_size_of_a_multi30k_file(tmp_path, server, synthetic):
-    url, root, _ = server
+    url, root = server.url, server.root
     serve_gzipped(synthetic, root)
     (root / "train.en.gz").write_bytes(
         gzip.compress(bytes(download.MAX_BYTES + 1))
@@ -175,7 +221,7 @@ def test_a_gzip_bomb_stops_at_the_size_of_a_multi30k_file(tmp_path, server, synt
 
 
 def test_offline_with_nothing_to_read_says_what_to_fetch_and_where(tmp_path, server):
-    url, _, _ = server  # serves nothing: every file is a 404
+    url = server.url  # serves nothing: every file is a 404
     cfg = config(tmp_path, url)
     with pytest.raises(NMTError) as e:
         multi30k_dir(cfg)
@@ -193,6 +239,116 @@ def test_offline_with_nothing_to_read_says_what_to_fetch_and_where(tmp_path, ser
     ):
         multi30k_dir(unreachable)
     assert nothing_cached(cfg)
+
+
+def test_the_size_cap_is_counted_without_a_progress_bar(tmp_path, server, synthetic, monkeypatch):
+    serve_gzipped(synthetic, server.root)
+    server.odd.endless.add("train.en.gz")
+    cfg = config(tmp_path, server.url)
+    with pytest.raises(NMTError, match=r"train.en.gz: more than 16 MB, far more than any Multi30k file"):
+        multi30k_dir(cfg, progress=False)
+    for _ in range(100):  # the server stops writing once the client has hung up
+        if "train.en.gz" in server.odd.sent:
+            break
+        time.sleep(0.1)
+    assert server.odd.sent["train.en.gz"] < 40 << 20  # stopped near 16 MB, not at the end of 64 MB
+    assert nothing_cached(cfg)
+
+
+def test_a_trickling_server_fails_at_the_files_deadline(tmp_path, server, synthetic, monkeypatch):
+    """A byte every 0.2 s keeps every read within its timeout: the deadline of the whole file ends it."""
+    serve_gzipped(synthetic, server.root)
+    server.odd.trickle.add("train.en.gz")
+    monkeypatch.setattr(download, "DEADLINE_S", 1)
+    cfg = config(tmp_path, server.url)
+    started = time.monotonic()
+    with pytest.raises(
+        NMTError, match=r"train.en.gz: \d+ bytes in 1 s, and not finished; nothing was cached: run again"
+    ):
+        multi30k_dir(cfg)
+    assert time.monotonic() - started < 4  # the whole body would take 6 s
+    assert nothing_cached(cfg)
+
+
+def test_the_download_cache_is_checked_naming_the_file_and_how_to_download_again(tmp_path, server, synthetic):
+    serve_gzipped(synthetic, server.root)
+    cfg = config(tmp_path, server.url)
+    cache = download_cache(cfg)
+    cache.mkdir(parents=True)  # filled by hand, as the offline message says: one file of another version
+    for name, text in synthetic.items():
+        (cache / name).write_bytes(text if name != "train.de" else b"another version\n")
+    with pytest.raises(
+        NMTError,
+        match=rf"{cache}/train.de: SHA-256 \w+ does not match Multi30k's train.de, \w+; delete {cache} "
+        "to download Multi30k again",
+    ):
+        multi30k_dir(cfg)
+    (cache / "train.de").unlink()  # a copy cut short
+    with pytest.raises(NMTError, match=rf"{cache}/train.de: missing from the download cache; delete {cache}"):
+        multi30k_dir(cfg)
+    assert not server.odd.requests
+    shutil.rmtree(cache)
+    assert multi30k_dir(cfg) == cache and (cache / "train.de").read_bytes() == synthetic["train.de"]
+
+
+@pytest.mark.parametrize("form", ["path", "relative path", "file URL"])
+def test_a_local_folder_is_a_mirror(tmp_path, server, synthetic, form, monkeypatch):
+    serve_gzipped(synthetic, server.root)
+    monkeypatch.chdir(server.root.parent)
+    url = {"path": str(server.root), "relative path": "raw", "file URL": server.root.as_uri()}[form]
+    cfg = config(tmp_path, url)
+    folder = multi30k_dir(cfg)
+    assert folder == download_cache(cfg) and {p.name: p.read_bytes() for p in folder.iterdir()} == synthetic
+    (server.root / "val.de.gz").unlink()
+    with pytest.raises(NMTError, match=r"val.de.gz: cannot read it \(No such file or directory\); data.url="):
+        multi30k_dir(config(tmp_path / "other", url))
+
+
+def test_other_schemes_are_refused_in_one_line_and_so_are_redirects_to_them(tmp_path, server, synthetic):
+    with pytest.raises(NMTError) as e:
+        multi30k_dir(config(tmp_path, "ftp://127.0.0.1:9/raw"))
+    assert str(e.value) == (
+        "data.url=ftp://127.0.0.1:9/raw: expected an http:// or https:// URL, or a local folder (a path or "
+        "file:///path) holding {train,val,test_2016_flickr}.{en,de}.gz"
+    )
+    serve_gzipped(synthetic, server.root)
+    server.odd.redirect["train.en.gz"] = "ftp://127.0.0.1:9/raw/train.en.gz"
+    cfg = config(tmp_path, server.url)
+    with pytest.raises(NMTError) as e:
+        multi30k_dir(cfg)
+    assert "\n" not in str(e.value)
+    assert (
+        "train.en.gz could not be fetched (HTTPError: redirected to a ftp: URL, only http(s) is followed)"
+        in (str(e.value))
+    )
+    assert nothing_cached(cfg)
+
+
+def test_a_url_with_credentials_is_refused_without_showing_them(tmp_path, server, synthetic):
+    serve_gzipped(synthetic, server.root)
+    secret = server.url.replace("http://", "http://user:TOKEN@")
+    cfg = config(tmp_path, secret)
+    with pytest.raises(NMTError) as e:
+        multi30k_dir(cfg)
+    assert str(e.value).startswith(
+        f"data.url={server.url.replace('http://', 'http://***@')} holds credentials"
+    )
+    assert "TOKEN" not in str(e.value) and not server.odd.requests and nothing_cached(cfg)
+
+
+def test_the_scripts_refuse_credentials_before_anything_is_written(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts/prepare_data.py"), "data=multi30k", "data.dir=absent",
+         "data.url=https://user:TOKEN@127.0.0.1:9/raw", "data.cache_dir=data"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1 and "TOKEN" not in result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        "error: data.url=https://***@127.0.0.1:9/raw: a URL with credentials, refused before anything is "
+        "written (they would be kept in the run's log, .hydra/ and checkpoints); use a mirror that needs "
+        "none, or fetch the files yourself into a folder and give its path (data.url=/that/folder)"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no outputs/ (.hydra/, log), no data/
 
 
 def test_multi30k_has_english_and_german_only():
@@ -227,7 +383,7 @@ def test_the_presets_read_multi30k_through_its_source(compose_train_cfg):
 def test_a_fresh_clone_downloads_the_same_corpus_as_the_shared_copy(tmp_path, server):
     """The README's main job in a folder with no ../shared: prepare_data.py fetches Multi30k from the
     server and prepares the same ids as from data.dir."""
-    url, root, _ = server
+    url, root = server.url, server.root
     serve_gzipped({name: (SHARED_MULTI30K / name).read_bytes() for name in MULTI30K_FILES}, root)
     clone = tmp_path / "clone" / "nmt"
     clone.mkdir(parents=True)

@@ -229,6 +229,15 @@ def test_the_probe_takes_turns_and_is_measured_once_per_machine_and_model(monkey
     assert len(json.loads(cache.read_text())) == 2
 
 
+def test_the_probe_cache_is_not_written_through_a_planted_symlink(monkeypatch, tmp_path):
+    cache, victim = tmp_path / "probe.json", tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / f".probe.json.tmp-{os.getpid()}").symlink_to(victim)
+    update, _ = fake_clock(monkeypatch, {"fp32": 1.3, "bf16": 1.0})
+    probe_bf16_speedup(update, {"model": "a"}, cache, pairs=2)
+    assert victim.read_text() == "keep me\n" and len(json.loads(cache.read_text())) == 1
+
+
 def test_set_up_probes_on_avx512_bf16_alone_and_trains_as_without_the_probe(
     toy_config, tmp_path, cpu_bf16, monkeypatch
 ):

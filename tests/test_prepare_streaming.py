@@ -5,6 +5,7 @@ import errno
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -247,3 +248,86 @@ def test_the_hub_path_draws_and_cleans_a_large_split_a_row_group_at_a_time(tmp_p
     assert sum(1 for _ in read_text(root, "train", "en")) == 200_000
     assert len(read_lines(root / "valid.de")) == 10
     assert peak < 25e6, f"{peak / 1e6:.0f} MB of Python objects for 200k pairs of ~60 characters a side"
+
+
+# A preparation whose encoder workers die while they start (as the OOM killer may have it), with
+# SentencePiece models far over a pipe's 64 kB: the parent must not wait for ever to hand them over.
+DYING_WORKERS = """
+import os, signal, sys
+if __name__ == "__mp_main__":  # a spawned worker, importing this script
+    os.kill(os.getpid(), signal.SIGKILL)
+from pathlib import Path
+import nmt.data.corpus as corpus
+import nmt.data.writers as writers
+from nmt.config import TokenizerConfig, ToyDataConfig
+from nmt.errors import NMTError
+from nmt.tokenizer import Tokenizer
+
+folder = Path(sys.argv[1])
+writers.CHUNK_PAIRS = 100  # a few chunks: the workers are used
+proto = (folder / "big.model").read_bytes()
+corpus.train_tokenizer = lambda *args: Tokenizer(proto)  # no trainer process (it would die too)
+try:
+    corpus.prepare_corpus(ToyDataConfig(cache_dir=str(folder / "data"), train_size=400, workers=2),
+                          TokenizerConfig(), progress=False)
+except NMTError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+def big_model(tmp_path: Path) -> bytes:
+    """A toy SentencePiece model grown past 64 kB with pieces the toy text never uses."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    tokenizer = prepare_corpus(ToyDataConfig(cache_dir=str(tmp_path), train_size=300), TOY, False).tokenizer
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(tokenizer.protos[0])
+    for i in range(8000):
+        piece = model.pieces.add()
+        piece.piece, piece.score = f"\u2581unused{i}", -1000.0 - i
+    return model.SerializeToString()
+
+
+def test_a_worker_that_dies_starting_is_one_line_naming_the_stage_and_data_workers(tmp_path):
+    proto = big_model(tmp_path / "tok")
+    assert len(proto) > 4 * (64 << 10)
+    (tmp_path / "big.model").write_bytes(proto)
+    (tmp_path / "prepare.py").write_text(DYING_WORKERS)  # a file: spawned workers import it as __mp_main__
+    result = subprocess.run(
+        [sys.executable, str(tmp_path / "prepare.py"), str(tmp_path)],
+        capture_output=True, text=True, timeout=60, start_new_session=True,
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stderr.splitlines() == [
+        "error: encoding train: a worker process died (killed, most likely for memory); nothing was cached: "
+        "set data.workers lower than 2 (each holds a chunk and the SentencePiece models) or free memory, "
+        "then run again"
+    ]
+    (root,) = (tmp_path / "data" / "toy").glob("text-*")
+    assert not [p for p in root.iterdir() if "ids-" in p.name]
+
+
+@pytest.mark.parametrize("damage", ["ids cut short", "ids shorter than the offsets", "a sentence fewer"])
+def test_damaged_prepared_ids_are_one_line_naming_the_folder_to_delete(tmp_path, damage):
+    cfg = ToyDataConfig(cache_dir=str(tmp_path), train_size=300, workers=1)
+    (ids_dir,) = prepare_corpus(cfg, TOY, progress=False).root.glob("ids-*")
+    ids, offsets = ids_dir / "train.src.ids.npy", ids_dir / "train.src.offsets.npy"
+    if damage == "ids cut short":
+        os.truncate(ids, ids.stat().st_size - 10)
+        why = "train.src.ids.npy: mmap length is greater than file size"
+    elif damage == "ids shorter than the offsets":
+        end = int(np.load(offsets)[-1])
+        np.save(ids, np.load(ids)[:-1])
+        why = f"train.src: offsets end at {end}, the ids hold {end - 1}"
+    else:
+        np.save(offsets, np.load(offsets)[:-1])
+        np.save(ids, np.load(ids)[: int(np.load(offsets)[-1])])
+        why = "train.src: 299 sentences, meta.json counts 300"
+    with pytest.raises(NMTError) as e:
+        prepare_corpus(cfg, TOY, progress=False)
+    assert str(e.value) == (
+        f"{ids_dir}: prepared data damaged ({why}), as an interrupted copy or a full disk leaves it; "
+        "delete this folder and run again to prepare it anew"
+    )
+    shutil.rmtree(ids_dir)
+    assert len(prepare_corpus(cfg, TOY, progress=False).splits["train"]) == 300

@@ -14,6 +14,7 @@ import pytest
 import torch
 from helpers import tiny_transformer
 
+import nmt.data.corpus as corpus_module
 from nmt.checkpoint import FORMAT_VERSION, atomic_save
 from nmt.config import (
     ShortlistConfig,
@@ -26,7 +27,7 @@ from nmt.config import (
 from nmt.data import prepare_text, read_text, text_path
 from nmt.errors import NMTError
 from nmt.shortlist import (
-    _cooccurrences,
+    _count,
     build_shortlist,
     coverage,
     load_shortlist,
@@ -94,13 +95,17 @@ def test_the_frequent_targets_and_the_specials_are_candidates_of_every_batch(tok
     assert shortlist.select([[10, 11]])[: len(SPECIALS)] == SPECIALS
 
 
-def test_counting_in_blocks_counts_each_pair_of_sentences_once(tokenizer):
-    one_block = _cooccurrences(SOURCES, TARGETS, tokenizer.tgt_vocab_size)
-    blocks = _cooccurrences(SOURCES, TARGETS, tokenizer.tgt_vocab_size, block=3)
-    for a, b in zip(one_block, blocks):
+@pytest.mark.parametrize("block", [1, 3])
+def test_counting_in_blocks_counts_each_pair_of_sentences_once(tokenizer, block):
+    vocab = tokenizer.src_vocab_size, tokenizer.tgt_vocab_size
+    targets, with_source, one_block = _count(SOURCES, TARGETS, *vocab)
+    in_blocks = _count(SOURCES, TARGETS, *vocab, block=block)
+    assert targets.tolist() == in_blocks[0].tolist() and with_source.tolist() == in_blocks[1].tolist()
+    for a, b in zip(one_block, in_blocks[2]):
         assert a.tolist() == b.tolist()
     pairs = dict(zip(zip(one_block[0].tolist(), one_block[1].tolist()), one_block[2].tolist()))
     assert pairs[(10, 20)] == 4 and pairs[(10, 30)] == 4 and pairs[(11, 24)] == 1 and (12, 23) not in pairs
+    assert targets[30] == 8 and with_source[10] == 4 and with_source[12] == 1
 
 
 def test_coverage_is_the_share_of_reference_subwords_among_the_candidates(tokenizer):
@@ -255,6 +260,26 @@ def test_a_checkpoints_shortlist_is_built_from_its_training_data_and_saved_besid
     assert shortlist.candidates == build_shortlist(src, tgt, tokenizer, 5, 10, direction=TOY).candidates
     assert (shortlist.src_lang, shortlist.tgt_lang) == TOY
     assert shortlist.built_from == {"checkpoint": str(tmp_path / "run" / "model.pt"), "data": "toy"}
+
+
+def test_a_shortlist_reads_the_prepared_ids_and_encodes_nothing_twice(tokenizer, tmp_path, monkeypatch):
+    """The training text is read from the prepared ids (memory-mapped, the training run's when they
+    exist), never encoded as whole lists: a corpus of millions of pairs would not fit in memory."""
+    write_checkpoint(tokenizer, tmp_path / "data", tmp_path / "run" / "model.pt")
+    cfg = ShortlistConfig(checkpoint=str(tmp_path / "run" / "model.pt"), k=5, frequent=10)
+    first, _, valid = shortlist_for_checkpoint(cfg, progress=False)
+    (text,) = (tmp_path / "data" / "toy").glob("text-*")
+    assert [p.name for p in text.glob("ids-*")] == [f"ids-{tokenizer.fingerprint}"]
+
+    def encoding(*args, **kwargs):
+        raise AssertionError("encoded again")
+
+    for name in ("encode_src", "encode_tgt"):
+        monkeypatch.setattr(Tokenizer, name, encoding)
+    monkeypatch.setattr(corpus_module, "encode_chunk", encoding)
+    monkeypatch.setattr(corpus_module, "encode_lines", encoding)
+    again, _, valid_again = shortlist_for_checkpoint(cfg, progress=False)
+    assert again == first and valid_again == valid
 
 
 def test_the_script_writes_the_shortlist_the_export_takes_it_and_both_refuse_in_one_line(tokenizer, tmp_path):

@@ -1,5 +1,11 @@
 """SentencePiece: fixed special ids, lossless round trips, training cached by config and data."""
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from itertools import product
 from pathlib import Path
@@ -114,3 +120,83 @@ def test_the_same_vocabulary_trained_from_text_elsewhere_has_the_same_fingerprin
     assert here.fingerprint == there.fingerprint
     other = train_tokenizer(replace(CFG, vocab_size=50), *texts, tmp_path / "c")
     assert other.fingerprint != here.fingerprint
+
+
+# Trains on named pipes written once: the parent's digest of them reads them, the trainer's process then
+# waits for ever to read them again, as a trainer busy for minutes on a big corpus would keep it.
+STUCK_TRAINER = """
+import os, sys, threading
+from pathlib import Path
+from nmt.config import TokenizerConfig
+from nmt.errors import NMTError
+from nmt.tokenizer import train_tokenizer
+
+folder = Path(sys.argv[1])
+pipes = sorted([folder / "train.en", folder / "train.de"])
+for pipe in pipes:
+    os.mkfifo(pipe)
+
+def write_once():
+    for pipe in pipes:
+        with open(pipe, "w") as f:
+            f.write("a b c\\n")
+
+threading.Thread(target=write_once, daemon=True).start()
+try:
+    train_tokenizer(TokenizerConfig(vocab_size=60), pipes[1], pipes[0], folder / "out")
+except NMTError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+def trainer_pid(parent: int, timeout: float = 60) -> int:
+    """The pid of the spawned trainer process of ``parent``, once it runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        for child in children:
+            if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text():
+                return int(child)
+        time.sleep(0.1)
+    raise AssertionError("the trainer's process did not start")
+
+
+def group_gone(pgid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+@pytest.mark.parametrize("event", ["ctrl-c", "trainer killed"])
+def test_ctrl_c_stops_the_sentencepiece_trainer_at_once_and_its_death_is_one_line(tmp_path, event):
+    script = subprocess.Popen(
+        [sys.executable, "-c", STUCK_TRAINER, str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        trainer = trainer_pid(script.pid)
+        time.sleep(1)  # it reads the pipe: stuck
+        if event == "ctrl-c":
+            os.kill(script.pid, signal.SIGINT)
+        else:  # as the OOM killer would
+            os.kill(trainer, signal.SIGKILL)
+        _, stderr = script.communicate(timeout=15)
+        assert group_gone(script.pid)  # the trainer too
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)
+    if event == "ctrl-c":
+        assert script.returncode != 0 and stderr.rstrip().endswith("KeyboardInterrupt")
+    else:
+        assert script.returncode == 1 and stderr.splitlines() == [
+            "error: the SentencePiece trainer's process ended without an answer (killed, signal 9): most "
+            "likely for memory; lower tokenizer.input_sentence_size (now 2000000) and run again"
+        ]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
@@ -82,17 +83,29 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_UMASK = os.umask(0o022)  # read once, at import: os.umask can only be read by setting it
+os.umask(_UMASK)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, fsync, then rename it over ``path``: a file
-    that exists is complete, so a resumed job can trust every file it finds."""
+    that exists is complete, so a resumed job can trust every file it finds. The temporary file is
+    made by ``mkstemp`` (a new name, opened with O_EXCL): a file or symlink planted at a predictable
+    name is never written through."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide a shared cache's files from others
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
         raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a crash
+    finally:
+        os.close(dir_fd)

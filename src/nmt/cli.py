@@ -24,7 +24,7 @@ from hydra.core.override_parser.types import Override, OverrideType
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nmt.config import check_values, field_comments, register_configs
-from nmt.errors import NMTError
+from nmt.errors import NMTError, hide_credentials
 
 # The configs live beside src/ in the source tree (an editable install, as scripts/setup.sh makes, or
 # PYTHONPATH=src); a wheel installed without the source tree has no configs.
@@ -48,6 +48,7 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
             args = get_args_parser().parse_args()  # Hydra's own command line, so its flags all work
             name = args.config_name or config_name
             try:
+                refuse_credentials(args.overrides)
                 if args.help:
                     check_overrides(name, args.overrides)
                     print(script_help(name, args.overrides, sys.modules[fn.__module__].__doc__))
@@ -55,13 +56,26 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
                 if not (args.config_path or args.config_dir):  # configs of the user's: Hydra checks them
                     check_overrides(name, args.overrides)
             except NMTError as e:
-                print(f"error: {e}", file=sys.stderr)
+                print(f"error: {hide_credentials(str(e))}", file=sys.stderr)
                 sys.exit(1)
             task()
 
         return main
 
     return decorate
+
+
+def refuse_credentials(overrides: list[str]) -> None:
+    """Refuse an override holding a URL with credentials (``data.url=https://user:token@host/``) before
+    Hydra starts: the run would show them in its log and keep them in ``.hydra/`` and every checkpoint.
+    The message shows the URL masked."""
+    for override in overrides:
+        if hide_credentials(override) != override:
+            raise NMTError(
+                f"{hide_credentials(override)}: a URL with credentials, refused before anything is written "
+                "(they would be kept in the run's log, .hydra/ and checkpoints); use a mirror that needs "
+                "none, or fetch the files yourself into a folder and give its path (data.url=/that/folder)"
+            )
 
 
 def _is_group(override: Override) -> bool:
@@ -239,7 +253,7 @@ def run_cli(fn: Callable[..., T]) -> Callable[..., T]:
                         check_values(settings)
             return fn(*args, **kwargs)
         except NMTError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {hide_credentials(str(e))}", file=sys.stderr)
             sys.exit(1)
 
     return wrapper

@@ -130,7 +130,8 @@ class Multi30kDataConfig(DataConfig):
     source: str = "multi30k"
     name: str = "multi30k-de-en"
     dir: str = "../shared/data/multi30k-de-en"  # a local copy: {train,valid,test}.{en,de}
-    url: str = MULTI30K_URL  # folder of {train,val,test_2016_flickr}.{en,de}.gz (a mirror or test server)
+    # Folder of {train,val,test_2016_flickr}.{en,de}.gz: an http(s) URL (no user:password@) or a local path
+    url: str = MULTI30K_URL
 
 
 @dataclass

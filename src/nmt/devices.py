@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from typing import Any
 
 import torch
 
+from nmt.cache import atomic_write_text
 from nmt.errors import NMTError
 
 log = logging.getLogger(__name__)
@@ -151,9 +151,7 @@ def probe_bf16_speedup(
     measured = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     known[digest] = {"speedup": round(speedup, 3), "measured": measured, "key": key}
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f".{cache.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(known, indent=2) + "\n")
-    tmp.replace(cache)  # atomic: runs that start together do not see a half-written file
+    atomic_write_text(cache, json.dumps(known, indent=2) + "\n")  # runs started together see it whole
     return speedup, f"timed now over {pairs} updates each, cached in {cache}"
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import gzip
 import itertools
 import resource
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +30,13 @@ def ids_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def init_encoder(protos: dict[str, bytes]) -> None:
-    """Load the SentencePiece model of each language (once per worker)."""
+def init_encoder(models: dict[str, str]) -> None:
+    """Load the SentencePiece model file of each language (once per worker). Paths, not the models: a
+    spawned worker reads its arguments only after it has started, and a parent writing more than a
+    pipe holds (64 kB; a model is hundreds) to a worker that died starting would wait for ever."""
     _PROCESSORS.clear()
-    for lang, proto in protos.items():
-        _PROCESSORS[lang] = spm.SentencePieceProcessor(model_proto=proto)
+    for lang, path in models.items():
+        _PROCESSORS[lang] = spm.SentencePieceProcessor(model_file=path)
 
 
 def encode_chunk(task: tuple[str, bytes, float, int | None]) -> tuple[np.ndarray, np.ndarray]:
@@ -79,3 +83,15 @@ def train_sentencepiece(options: dict, paths: list[Path]) -> tuple[bytes, dict]:
     spm.SentencePieceTrainer.train(sentence_iterator=text_lines(paths), model_writer=writer, **options)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports kB
     return writer.getvalue(), {"seconds": time.perf_counter() - started, "peak_rss_bytes": peak}
+
+
+def run_and_send(sender: Connection, fn: Callable[..., object], args: tuple) -> None:
+    """A process's whole work: ``(True, fn(*args))`` sent back, or ``(False, "Type: message")``. It ignores
+    Ctrl-C, which reaches the whole process group: the parent, which hears it too, terminates it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = (True, fn(*args))
+    except Exception as e:  # sent back whole: the parent turns it into one line
+        result = (False, f"{type(e).__name__}: {e}")
+    sender.send(result)
+    sender.close()

@@ -11,7 +11,7 @@ import logging
 import multiprocessing
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
+import signal
 from functools import cached_property
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from nmt.cache import atomic_dir, config_dict, file_digest
 from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from nmt.text_workers import train_sentencepiece
+from nmt.text_workers import run_and_send, train_sentencepiece
 
 SAMPLING_KEYS = ("sampling_alpha", "sampled_copies")  # how the training split is re-segmented, not the model
 
@@ -227,11 +227,7 @@ def _train(settings: dict, inputs: list[Path]) -> tuple[bytes, dict]:
         "num_threads": _threads(),
         "minloglevel": 2,
     }
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        try:
-            proto, cost = pool.submit(train_sentencepiece, options, inputs).result()
-        except RuntimeError as e:
-            raise _training_error(e, settings, inputs) from None
+    proto, cost = _run_trainer(options, inputs, settings)
     log.info(
         "SentencePiece trainer: %.1f s, peak %.2f GB in its own process (bounded by "
         "tokenizer.input_sentence_size=%d sentences)",
@@ -242,12 +238,50 @@ def _train(settings: dict, inputs: list[Path]) -> tuple[bytes, dict]:
     return proto, cost
 
 
-def _training_error(e: RuntimeError, settings: dict, inputs: list[Path]) -> NMTError:
+def _run_trainer(options: dict, inputs: list[Path], settings: dict) -> tuple[bytes, dict]:
+    """``train_sentencepiece`` in a spawned process. Ctrl-C (any exception here) terminates it at once:
+    the trainer runs in C++ and would not see the signal before it finished. A process that dies
+    without an answer (the OOM killer) is one line, as is an error it reports."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(
+        target=run_and_send, args=(sender, train_sentencepiece, (options, inputs)), daemon=True
+    )
+    process.start()
+    sender.close()  # the child's end: when the child is gone, recv() ends
+    try:
+        ok, result = receiver.recv()
+    except EOFError:
+        process.join()
+        raise _trainer_died(process.exitcode, settings) from None
+    except BaseException:
+        process.terminate()
+        process.join()
+        raise
+    finally:
+        receiver.close()
+    process.join()
+    if not ok:
+        raise _training_error(result, settings, inputs)
+    return result
+
+
+def _trainer_died(exitcode: int | None, settings: dict) -> NMTError:
+    what = "the SentencePiece trainer's process ended without an answer"
+    if exitcode == -signal.SIGKILL:
+        return NMTError(
+            f"{what} (killed, signal 9): most likely for memory; lower tokenizer.input_sentence_size "
+            f"(now {settings['input_sentence_size']}) and run again"
+        )
+    return NMTError(f"{what} (exit code {exitcode}); what it printed is above")
+
+
+def _training_error(message: str, settings: dict, inputs: list[Path]) -> NMTError:
     where = ", ".join(str(p) for p in inputs)
-    limit = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", str(e))
+    limit = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", message)
     if limit:
         return NMTError(
             f"{where}: the training text supports at most {limit.group(2)} subwords, but "
             f"tokenizer.vocab_size={limit.group(1)}; lower tokenizer.vocab_size to <= {limit.group(2)}"
         )
-    return NMTError(f"{where}: SentencePiece training failed: {e}")
+    return NMTError(f"{where}: SentencePiece training failed: {message}")

@@ -32,6 +32,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,11 +69,27 @@ class EncodedSplit:
         self.tgt_lengths: np.ndarray = np.diff(tgt_offsets).astype(np.int32)
 
     @classmethod
-    def load(cls, folder: Path, split: str, src_lang: str, tgt_lang: str) -> EncodedSplit:
+    def load(cls, folder: Path, split: str, src_lang: str, tgt_lang: str, pairs: int) -> EncodedSplit:
+        """The split's arrays, memory-mapped, checked for what a copy cut short or a full disk leaves:
+        a file numpy cannot map, offsets that do not end at the number of ids, or another number of
+        sentences than ``pairs`` (meta.json's). One line naming the folder to delete."""
+
         def arrays(lang: str) -> tuple[np.ndarray, np.ndarray]:
-            return tuple(
-                np.load(folder / f"{split}.{lang}.{kind}.npy", mmap_mode="r") for kind in ("ids", "offsets")
-            )
+            loaded = []
+            for kind in ("ids", "offsets"):
+                path = folder / f"{split}.{lang}.{kind}.npy"
+                try:
+                    loaded.append(np.load(path, mmap_mode="r"))
+                except (OSError, ValueError, EOFError) as e:
+                    raise _damaged(folder, f"{path.name}: {e}") from None
+            ids, offsets = loaded
+            name = f"{split}.{lang}"
+            if offsets.ndim != 1 or len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(ids):
+                end = offsets[-1] if offsets.ndim == 1 and len(offsets) else None
+                raise _damaged(folder, f"{name}: offsets end at {end}, the ids hold {len(ids)}")
+            if len(offsets) - 1 != pairs:
+                raise _damaged(folder, f"{name}: {len(offsets) - 1} sentences, meta.json counts {pairs}")
+            return ids, offsets
 
         return cls(*arrays(src_lang), *arrays(tgt_lang))
 
@@ -84,6 +101,13 @@ class EncodedSplit:
 
     def tgt(self, i: int) -> np.ndarray:
         return self._tgt_ids[self._tgt_offsets[i] : self._tgt_offsets[i + 1]]
+
+
+def _damaged(folder: Path, why: str) -> NMTError:
+    return NMTError(
+        f"{folder}: prepared data damaged ({why}), as an interrupted copy or a full disk leaves it; "
+        "delete this folder and run again to prepare it anew"
+    )
 
 
 @dataclass
@@ -134,10 +158,23 @@ def prepare_corpus(data_cfg: DataConfig, tok_cfg: TokenizerConfig, progress: boo
         if tok_cfg.sampling_alpha > 0
         else []
     )
-    splits = {split: EncodedSplit.load(ids_dir, split, src, tgt) for split in SPLITS}
     meta = json.loads((root / "meta.json").read_text())
+    splits = _load_splits(ids_dir, meta, src, tgt)
     summary = _summary(data_cfg, root, tokenizer, splits, meta, copies)
     return PreparedData(root, tokenizer, splits, summary, src, tgt, copies)
+
+
+def prepare_ids(data_cfg: DataConfig, tokenizer: Tokenizer, progress: bool = True) -> dict[str, EncodedSplit]:
+    """Every split encoded with ``tokenizer`` (a checkpoint's), memory-mapped: the ids a training run on
+    this corpus prepared (cached under the tokenizer's fingerprint), else encoded once and cached."""
+    src, tgt = data_cfg.src_lang, data_cfg.tgt_lang
+    root = _prepare_text(data_cfg, progress)
+    ids_dir = _encode(root, tokenizer, src, tgt, data_workers(data_cfg), progress)
+    return _load_splits(ids_dir, json.loads((root / "meta.json").read_text()), src, tgt)
+
+
+def _load_splits(ids_dir: Path, meta: dict, src: str, tgt: str) -> dict[str, EncodedSplit]:
+    return {split: EncodedSplit.load(ids_dir, split, src, tgt, meta["pairs"][split]) for split in SPLITS}
 
 
 def data_workers(cfg: DataConfig) -> int:
@@ -281,14 +318,27 @@ def _encode_train(
 
     writers = {lang: EncodedWriter(out, f"{name}.{lang}", ids_dtype(vocab[lang])) for lang in langs}
     total = 2 * len(chunks["pairs"])
+    models = {lang: out / f".{name}.{lang}.model" for lang in langs}  # what the workers load, removed after
+    for lang, path in models.items():
+        path.write_bytes(protos[lang])
+    stage = f"encoding {name}" + (" (sampled segmentations)" if seed is not None else "")
     # More processes than chunks only cost their start (a second or two each): a toy corpus is encoded here.
-    results = ordered_map(encode_chunk, tasks(), min(workers, len(chunks["pairs"])), init_encoder, (protos,))
+    results = ordered_map(
+        encode_chunk,
+        tasks(),
+        min(workers, len(chunks["pairs"])),
+        init_encoder,
+        ({lang: str(path) for lang, path in models.items()},),
+        stage,
+    )
     with tqdm(total=total, desc=f"encoding {name}", unit=" chunks", disable=not progress, leave=False) as bar:
         for i, (flat, lengths) in enumerate(results):
             writers[langs[i % 2]].add(flat, lengths)
             bar.update()
     for writer in writers.values():
         writer.close()
+    for path in models.values():
+        path.unlink()
 
 
 def chunk_seed(seed: int, chunk: int) -> int:
@@ -306,29 +356,43 @@ def _vocab_size(proto: bytes) -> int:
 
 
 def ordered_map(
-    fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int, init: Callable[..., None], initargs: tuple
+    fn: Callable[[Any], Any],
+    tasks: Iterable[Any],
+    workers: int,
+    init: Callable[..., None],
+    initargs: tuple,
+    stage: str,
 ) -> Iterator[Any]:
     """``map(fn, tasks)`` in ``workers`` processes, results in task order; at most two tasks per worker
-    in flight, so memory stays bounded however many tasks there are. One worker runs here."""
+    in flight, so memory stays bounded however many tasks there are. One worker runs here. A worker
+    that dies (killed, out of memory) fails the map in one line naming ``stage``; ``initargs`` must be
+    small (paths, not data), or the start of a worker that dies at once would hang."""
     if workers <= 1:
         init(*initargs)
         yield from map(fn, tasks)
         return
     # spawn: nothing of this process (torch's threads, open files) is inherited, and the workers import
-    # only nmt.text_workers. A worker that dies fails the map (BrokenProcessPool) instead of hanging it.
+    # only nmt.text_workers.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=init, initargs=initargs) as pool:
-        pending: collections.deque = collections.deque()
-        try:
-            for task in tasks:
-                pending.append(pool.submit(fn, task))
-                if len(pending) >= 2 * workers:
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=init, initargs=initargs) as pool:
+            pending: collections.deque = collections.deque()
+            try:
+                for task in tasks:
+                    pending.append(pool.submit(fn, task))
+                    if len(pending) >= 2 * workers:
+                        yield pending.popleft().result()
+                while pending:
                     yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
+            finally:
+                for future in pending:
+                    future.cancel()
+    except BrokenProcessPool:
+        raise NMTError(
+            f"{stage}: a worker process died (killed, most likely for memory); nothing was cached: set "
+            f"data.workers lower than {workers} (each holds a chunk and the SentencePiece models) or free "
+            "memory, then run again"
+        ) from None
 
 
 def _sample_train(
@@ -359,7 +423,8 @@ def _sample_train(
                     cfg.sampling_alpha,
                     cfg.seed + k,
                 )
-    return [EncodedSplit.load(folder, f"train{k}", src, tgt) for k in range(cfg.sampled_copies)]
+    pairs = json.loads((root / "meta.json").read_text())["pairs"]["train"]
+    return [EncodedSplit.load(folder, f"train{k}", src, tgt, pairs) for k in range(cfg.sampled_copies)]
 
 
 # -------------------------------------------------------------------------------------------- summary

@@ -5,6 +5,10 @@ against the SHA-256 of its gunzipped text, pinned below, wherever it comes from,
 cache and a fresh download are the same corpus (and share one prepared cache). The download is
 written to a temporary folder and renamed when all six files have passed: an interrupted or corrupt
 download leaves nothing that looks complete.
+
+``data.url`` is an http(s) URL or a local folder (a path, or ``file:///path``) holding the gzip'd
+files. A URL with credentials (``https://user:token@host/``) is refused before anything is fetched:
+they would be shown in the log and kept in the run's config and every checkpoint.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import hashlib
 import http.client
 import io
 import logging
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zlib
 from pathlib import Path
@@ -23,7 +29,7 @@ from tqdm import tqdm
 
 from nmt.cache import atomic_dir
 from nmt.config import Multi30kDataConfig
-from nmt.errors import NMTError
+from nmt.errors import NMTError, hide_credentials
 
 log = logging.getLogger(__name__)
 
@@ -39,30 +45,42 @@ MULTI30K_FILES = {
 }
 LANGS = ("en", "de")
 TIMEOUT_S = 60  # per connection attempt and read: a stalled server fails instead of hanging
+DEADLINE_S = 600  # per file, checked at every read: a server that trickles bytes fails too
 MAX_BYTES = 16 << 20  # of a file, gzip'd or not: the largest Multi30k text is 2.1 MB (a bomb stops here)
+READ_BYTES = 1 << 16  # at most, per read; a read returns what has arrived (read1), so deadlines are kept
+OTHER_TEXT_HINT = (
+    "; data=multi30k reads Multi30k's official text only: use data=local data.dir=... for other text"
+)
 
 
 def multi30k_dir(cfg: Multi30kDataConfig, progress: bool = False) -> Path:
     """The folder holding the six checked files: ``data.dir``, else the download cache, else a new
-    download into the cache (needs the internet once)."""
+    download into the cache (needs the internet once, unless ``data.url`` is a local folder)."""
     if {cfg.src_lang, cfg.tgt_lang} != set(LANGS):
         raise NMTError(
             f"data=multi30k has languages en and de, got data.src_lang={cfg.src_lang!r}, "
             f"data.tgt_lang={cfg.tgt_lang!r}"
         )
+    mirror = _mirror(cfg.url)
     local = Path(cfg.dir)
     if all((local / name).is_file() for name in MULTI30K_FILES):
         for name in MULTI30K_FILES:
-            _check(local / name, (local / name).read_bytes(), name, where_kind="data.dir")
+            _check(local / name, (local / name).read_bytes(), name, OTHER_TEXT_HINT)
         return local
     cache = download_cache(cfg)
     if cache.is_dir():
+        _check_cache(cache)
         return cache
     log.info("Multi30k is not in data.dir=%s: downloading it from %s into %s", cfg.dir, cfg.url, cache)
     with atomic_dir(cache) as tmp:
         for name, (remote, _) in MULTI30K_FILES.items():
-            url = f"{cfg.url.rstrip('/')}/{remote}.gz"
-            (tmp / name).write_bytes(_check(url, _gunzip(url, _fetch(url, cfg, cache, progress)), name))
+            if isinstance(mirror, Path):
+                where: Path | str = mirror / f"{remote}.gz"
+                body = _read_local(where)
+            else:
+                where = f"{mirror.rstrip('/')}/{remote}.gz"
+                body = _fetch(where, cfg, cache, progress)
+            (tmp / name).write_bytes(_check(where, _gunzip(where, body), name, "; nothing was cached"))
     return cache
 
 
@@ -70,36 +88,108 @@ def download_cache(cfg: Multi30kDataConfig) -> Path:
     return Path(cfg.cache_dir) / "downloads" / f"multi30k-{MULTI30K_COMMIT}"
 
 
+def _mirror(url: str) -> str | Path:
+    """``data.url`` as what to read from: an http(s) URL, or a local folder (a path or ``file:///``)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" in parts.netloc:
+        raise NMTError(
+            f"data.url={hide_credentials(url)} holds credentials: refused, so that they are shown in no "
+            "log and kept in no config or checkpoint; use a mirror that needs none, or fetch the files "
+            "yourself into a folder and set data.url=/that/folder"
+        )
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https"):
+        return url
+    if scheme == "file" and parts.netloc in ("", "localhost"):
+        return Path(urllib.request.url2pathname(parts.path))
+    if scheme == "":
+        return Path(url)
+    raise NMTError(
+        f"data.url={url}: expected an http:// or https:// URL, or a local folder (a path or file:///path) "
+        "holding {train,val,test_2016_flickr}.{en,de}.gz"
+    )
+
+
+def _check_cache(cache: Path) -> None:
+    """The six files of the download cache, checked as data.dir's are: a folder filled by hand, cut
+    short or holding another version is refused, naming the file."""
+    again = f"; delete {cache} to download Multi30k again"
+    for name in MULTI30K_FILES:
+        path = cache / name
+        if not path.is_file():
+            raise NMTError(f"{path}: missing from the download cache{again}")
+        _check(path, path.read_bytes(), name, again)
+
+
+class _HTTPRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects to http(s) URLs only: another scheme (ftp:, file:) is an error, not a read."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        scheme = urllib.parse.urlsplit(newurl).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise urllib.error.HTTPError(
+                req.full_url, code, f"redirected to a {scheme}: URL, only http(s) is followed", headers, fp
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_HTTPRedirects)
+
+
 def _fetch(url: str, cfg: Multi30kDataConfig, cache: Path, progress: bool) -> bytes:
-    """The body at ``url``, all of it: a transfer cut short is an error, not a shorter file."""
+    """The body at ``url``, all of it: a transfer cut short is an error, not a shorter file; so is one
+    over ``MAX_BYTES`` (counted here, whether a progress bar is shown or not) or one still going after
+    ``DEADLINE_S`` (checked at every read, each of which waits ``TIMEOUT_S`` at most)."""
+    started = time.monotonic()
+    chunks, received = [], 0
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+        with _OPENER.open(url, timeout=TIMEOUT_S) as response:
             expected = response.length
-            chunks = []
             with tqdm(
                 total=expected, unit="B", unit_scale=True, desc=url.rsplit("/", 1)[-1], disable=not progress
             ) as bar:
-                while (chunk := response.read(1 << 16)) and bar.n <= MAX_BYTES:
+                while chunk := response.read1(READ_BYTES):
+                    received += len(chunk)
+                    if received > MAX_BYTES:
+                        raise NMTError(
+                            f"{url}: more than {MAX_BYTES >> 20} MB, far more than any Multi30k file; "
+                            "nothing was cached"
+                        )
+                    if time.monotonic() - started > DEADLINE_S:
+                        raise NMTError(
+                            f"{url}: {received:,} bytes in {DEADLINE_S} s, and not finished; nothing was "
+                            "cached: run again to retry, or use a faster mirror (data.url=...)"
+                        )
                     chunks.append(chunk)
                     bar.update(len(chunk))
     except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
         raise NMTError(_offline_message(cfg, cache, url, e)) from None
-    body = b"".join(chunks)
-    if len(body) > MAX_BYTES:
+    if expected is not None and received < expected:
         raise NMTError(
-            f"{url}: more than {MAX_BYTES >> 20} MB, far more than any Multi30k file; nothing was cached"
-        )
-    if expected is not None and len(body) < expected:
-        raise NMTError(
-            f"{url}: the transfer stopped after {len(body):,} of {expected:,} bytes; nothing was cached, "
+            f"{url}: the transfer stopped after {received:,} of {expected:,} bytes; nothing was cached, "
             "run again to retry"
         )
+    return b"".join(chunks)
+
+
+def _read_local(path: Path) -> bytes:
+    """A file of a local mirror (``data.url`` a folder), read up to ``MAX_BYTES``."""
+    try:
+        with open(path, "rb") as f:
+            body = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise NMTError(
+            f"{path}: cannot read it ({e.strerror or e}); data.url={path.parent} must hold "
+            "{train,val,test_2016_flickr}.{en,de}.gz"
+        ) from None
+    if len(body) > MAX_BYTES:
+        raise NMTError(f"{path}: more than {MAX_BYTES >> 20} MB, far more than any Multi30k file")
     return body
 
 
 def _offline_message(cfg: Multi30kDataConfig, cache: Path, url: str, error: Exception) -> str:
     reason = getattr(error, "reason", None) or error
-    return (
+    return hide_credentials(
         f"Multi30k is in neither data.dir={cfg.dir} nor {cache}, and {url} could not be fetched "
         f"({type(error).__name__}: {reason}): download "
         f"{cfg.url}/{{train,val,test_2016_flickr}}.{{en,de}}.gz, gunzip them into {cache}/ "
@@ -124,14 +214,10 @@ def _gunzip(url: str, data: bytes) -> bytes:
     return text
 
 
-def _check(where: Path | str, text: bytes, name: str, where_kind: str = "") -> bytes:
-    """``text`` when its SHA-256 is the one pinned for ``name``; else one line naming both digests."""
+def _check(where: Path | str, text: bytes, name: str, hint: str) -> bytes:
+    """``text`` when its SHA-256 is the one pinned for ``name``; else one line naming both digests, then
+    ``hint`` (what to do)."""
     got, want = hashlib.sha256(text).hexdigest(), MULTI30K_FILES[name][1]
     if got != want:
-        hint = (
-            "; data=multi30k reads Multi30k's official text only: use data=local data.dir=... for other text"
-            if where_kind
-            else "; nothing was cached"
-        )
         raise NMTError(f"{where}: SHA-256 {got} does not match Multi30k's {name}, {want}{hint}")
     return text
