@@ -88,13 +88,21 @@ class DataConfig:
 
 @dataclass
 class HFDataConfig(DataConfig):
-    """WMT through Hugging Face ``datasets``: a training subset drawn from every training file in
-    proportion (only the parquet row groups it needs are read), the whole valid and test sets."""
+    """WMT from the Hugging Face hub (or parquet files, ``data_files``): a training subset drawn from
+    every training file in proportion (only the parquet row groups it needs are fetched), the whole
+    valid and test sets from their own files."""
 
     source: str = "hf"
     name: str = "wmt14_de_en"
     path: str = "wmt/wmt14"
     config_name: str = "de-en"
+    # The hub commit every request names: the one that converted wmt/wmt14 to parquet. A branch or tag
+    # ("main") is resolved to its commit first, logged; the prepared corpus is keyed by the commit.
+    revision: str = "b199e406369ec1b7634206d3ded5ba45de2fe696"
+    # seconds a hub request may wait for an answer before it fails
+    hub_timeout_s: float = knob(30.0, POSITIVE)
+    # tries again after a failed or stalled hub request (after 1, 2, 4 s)
+    hub_retries: int = knob(3, NON_NEGATIVE)
     data_files: str | None = None  # local parquet/json instead of the hub (tests, mirrors)
     train_size: int = 200_000  # pairs drawn from all of the training split; more than it has = all
     seed: int = 1  # of the training subset

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from nmt.cache import atomic_dir, config_dict, hash_key
 from nmt.config import DataConfig, TokenizerConfig
@@ -46,6 +45,7 @@ from nmt.data.clean import REASONS, clean_chunk, log_dropped
 from nmt.data.sources import SPLITS, local_files, read_lines, resolve_source, source_chunks
 from nmt.data.writers import EncodedWriter, PlainTextWriter, TrainTextWriter
 from nmt.errors import NMTError
+from nmt.progress import progress_bar
 from nmt.text_workers import encode_chunk, encode_lines, ids_dtype, init_encoder, text_lines
 from nmt.tokenizer import Tokenizer, train_tokenizer
 
@@ -195,6 +195,10 @@ def _text_settings(cfg: DataConfig, version: int = TEXT_VERSION) -> dict:
         settings.pop(key, None)
     settings["langs"] = sorted([cfg.src_lang, cfg.tgt_lang])
     settings["text_version"] = version
+    if cfg.source == "hf":  # how long to wait for the hub changes nothing; the commit read is the key
+        settings.pop("hub_timeout_s"), settings.pop("hub_retries")
+        if cfg.data_files:
+            settings.pop("revision")
     if cfg.source == "multi30k":  # pinned by digests, wherever the files are found
         settings.pop("dir"), settings.pop("url")
     if cfg.source == "local":
@@ -244,7 +248,10 @@ def _write_split(
     dropped = dict.fromkeys(REASONS, 0)
     writer = TrainTextWriter(folder, langs) if train else PlainTextWriter(folder, split, langs)
     order = (cfg.src_lang, cfg.tgt_lang)
-    with writer, tqdm(desc=f"reading {split}", unit=" pairs", disable=not progress, leave=False) as bar:
+    with (
+        writer,
+        progress_bar(desc=f"reading {split}", unit=" pairs", disable=not progress, leave=False) as bar,
+    ):
         for src, tgt in source_chunks(cfg, split):
             kept_src, kept_tgt, chunk_dropped = clean_chunk(src, tgt, cfg.clean, train)
             writer.add(dict(zip(order, (kept_src, kept_tgt))))
@@ -331,7 +338,9 @@ def _encode_train(
         ({lang: str(path) for lang, path in models.items()},),
         stage,
     )
-    with tqdm(total=total, desc=f"encoding {name}", unit=" chunks", disable=not progress, leave=False) as bar:
+    with progress_bar(
+        total=total, desc=f"encoding {name}", unit=" chunks", disable=not progress, leave=False
+    ) as bar:
         for i, (flat, lengths) in enumerate(results):
             writers[langs[i % 2]].add(flat, lengths)
             bar.update()

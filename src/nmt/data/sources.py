@@ -8,18 +8,18 @@ collects them, for small corpora and tests.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import random
 from collections.abc import Callable, Iterator
+from dataclasses import is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from nmt.config import DataConfig, HFDataConfig, LocalDataConfig, Multi30kDataConfig, ToyDataConfig
 from nmt.data.download import multi30k_dir
+from nmt.data.hub import COMMIT, Hub
+from nmt.data.parquet import FsspecFile, RangeFile, read_parquet, sample_parquet
 from nmt.errors import NMTError
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,10 @@ def load_source(cfg: DataConfig) -> RawCorpus:
 
 def resolve_source(cfg: DataConfig) -> DataConfig:
     """The config actually read: ``cfg``, or for local files that are missing and a preset that allows
-    it (``data.hub_fallback_pairs``), the WMT14 subset of that size from the Hugging Face hub."""
+    it (``data.hub_fallback_pairs``), the WMT14 subset of that size from the Hugging Face hub; for
+    the hub, with ``data.revision`` the commit it names (a branch is resolved, once per process)."""
+    if cfg.source == "hf":
+        return _pin_revision(cfg)
     if cfg.source != "local" or not cfg.hub_fallback_pairs or not missing_local_files(cfg):
         return cfg
     log.warning(
@@ -203,31 +206,99 @@ def read_lines(path: Path) -> list[str]:
 
 def _hf_chunks(cfg: HFDataConfig, split: str) -> Iterator[Chunk]:
     """Training: ``train_size`` pairs drawn from all training files (:func:`sample_parquet`), a row
-    group at a time; valid/test are small and loaded whole. With ``data_files`` set, ``path`` names a
-    datasets builder ("parquet", "json", ...) and ``data_files`` a path or glob containing ``{split}``."""
-    if split != "train":
-        hf_split = cfg.valid_split if split == "valid" else cfg.test_split
-        columns = _hf_columns(cfg, hf_split, _hf_rows(cfg, hf_split))
-        yield columns[cfg.src_lang], columns[cfg.tgt_lang]
-        return
-    files = _hf_data_files(cfg, cfg.train_split)
-    if not all(f.endswith(".parquet") for f in files):
-        raise NMTError(
-            f"{cfg.path}: the training files must be parquet to draw data.train_size pairs from all of them, "
-            f"got {files[:3]}"
-        )
+    group at a time; valid/test read whole from their own files. Only the row groups read are fetched
+    (nmt.data.parquet), from the hub at the commit ``data.revision`` names (nmt.data.hub), or with
+    ``data_files`` set from those files: ``path`` then names a datasets builder ("parquet", "json",
+    ...) and ``data_files`` a path or glob containing ``{split}``."""
+    hf_split = {"train": cfg.train_split, "valid": cfg.valid_split, "test": cfg.test_split}[split]
+    where = _hf_what(cfg, hf_split)
     try:
-        for table in sample_parquet(files, cfg.train_size, cfg.seed):
-            yield _arrow_columns(cfg, table)
+        files = _hf_files(cfg, hf_split)
+        if files is None:  # data_files that are not parquet: valid/test through datasets
+            columns = _hf_columns(cfg, hf_split, _hf_rows(cfg, hf_split))
+            yield columns[cfg.src_lang], columns[cfg.tgt_lang]
+            return
+        if split == "train":
+            tables = sample_parquet(files, cfg.train_size, cfg.seed, desc=f"drawing {hf_split}")
+        else:
+            tables = read_parquet(files)
+        for table in tables:
+            yield _arrow_columns(cfg, hf_split, table)
     except NMTError:
         raise
-    except Exception as e:  # network and file errors come as many types
+    except Exception as e:  # network, hub and file errors come as many types
+        raise NMTError(f"could not read {where}: {_one_line(e)}; {_hint(cfg, e)}") from None
+
+
+def _hf_what(cfg: HFDataConfig, hf_split: str) -> str:
+    """The split's origin, as errors name it."""
+    if cfg.data_files:
+        return f"{cfg.path} files {cfg.data_files.replace('{split}', hf_split)}"
+    return (
+        f"Hugging Face dataset {cfg.path} ({cfg.config_name}) at revision {cfg.revision}, split {hf_split!r}"
+    )
+
+
+def _hf_files(cfg: HFDataConfig, hf_split: str) -> list[RangeFile] | None:
+    """The parquet files of a split: the hub's at the pinned commit (from the dataset card's
+    ``configs:``), or those ``data_files`` names; None for ``data_files`` that are not parquet
+    (valid/test only: training draws from parquet row groups)."""
+    if not cfg.data_files:
+        quiet_hub()
+        hub = _hub(cfg)
+        return hub.split_files(hub_commit(cfg), cfg.config_name, hf_split)
+    paths = _hf_data_files(cfg, hf_split)
+    if all(p.endswith(".parquet") for p in paths):
+        return [FsspecFile(p) for p in paths]
+    if hf_split == cfg.train_split:
         raise NMTError(
-            f"{cfg.path}, split {cfg.train_split!r}: reading failed: {type(e).__name__}: {e}; {_hint(cfg)}"
-        ) from None
+            f"{cfg.path}: the training files must be parquet to draw data.train_size pairs from all of them, "
+            f"got {paths[:3]}"
+        )
+    return None
 
 
-def _arrow_columns(cfg: HFDataConfig, table: Any) -> Chunk:
+def _hub(cfg: HFDataConfig) -> Hub:
+    return Hub(cfg.path, cfg.hub_timeout_s, cfg.hub_retries)
+
+
+def hub_commit(cfg: HFDataConfig) -> str:
+    """The commit ``data.revision`` names: itself when it is one (no request), else asked of the hub
+    once per process and logged."""
+    if COMMIT.fullmatch(cfg.revision):
+        return cfg.revision
+    key = (_hub(cfg).endpoint, cfg.path, cfg.revision)
+    if key not in _RESOLVED:
+        quiet_hub()
+        try:
+            _RESOLVED[key] = _hub(cfg).commit(cfg.revision)
+        except NMTError:
+            raise
+        except Exception as e:
+            raise NMTError(
+                f"could not resolve data.revision={cfg.revision} of Hugging Face dataset {cfg.path}: "
+                f"{_one_line(e)}; {_hint(cfg, e)}"
+            ) from None
+        log.info("data.revision=%s of %s is commit %s", cfg.revision, cfg.path, _RESOLVED[key])
+    return _RESOLVED[key]
+
+
+_RESOLVED: dict[tuple[str, str, str], str] = {}
+
+
+def _pin_revision(cfg: HFDataConfig) -> HFDataConfig:
+    """``cfg`` with ``revision`` a commit, so the prepared corpus is keyed by what was read."""
+    if cfg.data_files or COMMIT.fullmatch(cfg.revision):
+        return cfg
+    commit = hub_commit(cfg)
+    if is_dataclass(cfg):
+        return replace(cfg, revision=commit)
+    pinned = cfg.copy()  # a DictConfig from a script
+    pinned.revision = commit
+    return pinned
+
+
+def _arrow_columns(cfg: HFDataConfig, hf_split: str, table: Any) -> Chunk:
     """The two languages of a ``translation`` struct column, as lists of stripped strings."""
     import pyarrow.compute as pc
 
@@ -236,7 +307,7 @@ def _arrow_columns(cfg: HFDataConfig, table: Any) -> Chunk:
     for key in ("translation", cfg.src_lang, cfg.tgt_lang):
         if key not in names + fields:
             raise NMTError(
-                f"{cfg.path}, split {cfg.train_split!r}: rows must look like {{'translation': "
+                f"{cfg.path}, split {hf_split!r}: rows must look like {{'translation': "
                 f"{{'{cfg.src_lang}': ..., '{cfg.tgt_lang}': ...}}}}; missing key '{key}'"
             )
     pairs = table.column("translation")
@@ -247,57 +318,8 @@ def _arrow_columns(cfg: HFDataConfig, table: Any) -> Chunk:
     return src, tgt
 
 
-def sample_parquet(files: list[str], n: int, seed: int) -> Iterator[Any]:
-    """``n`` rows drawn from all ``files`` in proportion to their sizes, deterministic for ``seed``, as
-    pyarrow tables of one row group's drawn rows each.
-
-    WMT14's training split is written corpus after corpus (Europarl, then CommonCrawl, then News
-    Commentary), so its first rows are one corpus only. Here each file gets its share of ``n``; from
-    each file, row groups are chosen in a seeded random order until they hold that share, and the share
-    is drawn from them. Only those row groups are read (from the hub: downloaded), one at a time, so
-    memory stays near one row group and traffic near ``n`` rows, not the 4.5M of the whole split.
-    ``n`` >= the total means every row.
-    """
-    import fsspec  # comes with datasets
-    import pyarrow.parquet as pq
-
-    rng = np.random.default_rng(seed)
-    with contextlib.ExitStack() as stack:
-        parquet = [pq.ParquetFile(stack.enter_context(fsspec.open(f, "rb"))) for f in files]
-        quotas = _proportional([p.metadata.num_rows for p in parquet], n)
-        for pf, quota in zip(parquet, quotas):
-            if quota == 0:
-                continue
-            groups, rows = [], 0
-            for g in rng.permutation(pf.metadata.num_row_groups).tolist():
-                groups.append(g)
-                rows += pf.metadata.row_group(g).num_rows
-                if rows >= quota:
-                    break
-            groups.sort()
-            starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in groups])
-            chosen = np.sort(rng.choice(int(starts[-1]), quota, replace=False))
-            bounds = np.searchsorted(chosen, starts)
-            for i, g in enumerate(groups):
-                if bounds[i] < bounds[i + 1]:
-                    yield pf.read_row_group(g).take(chosen[bounds[i] : bounds[i + 1]] - starts[i])
-
-
-def _proportional(sizes: list[int], n: int) -> list[int]:
-    """Split ``n`` over parts of these sizes in proportion (largest remainders), none above its size."""
-    total = sum(sizes)
-    if n >= total:
-        return list(sizes)
-    exact = [n * size / total for size in sizes]
-    quotas = [int(x) for x in exact]
-    by_remainder = sorted(range(len(sizes)), key=lambda i: quotas[i] - exact[i])
-    for i in by_remainder[: n - sum(quotas)]:
-        quotas[i] += 1
-    return quotas
-
-
 def _hf_data_files(cfg: HFDataConfig, hf_split: str) -> list[str]:
-    """The files behind a split (hub URLs or local paths), resolved by ``datasets`` as it would load them."""
+    """The files ``data_files`` names for a split, resolved by ``datasets`` as it would load them."""
     return _hf_call(
         cfg,
         hf_split,
@@ -314,42 +336,47 @@ def _hf_rows(cfg: HFDataConfig, hf_split: str):
 
 
 def _hf_call(cfg: HFDataConfig, hf_split: str, load: Callable[[Any, dict[str, Any]], Any]) -> Any:
-    """``load(datasets, kwargs)`` for the split; any failure (network, hub, files) as one NMTError."""
-    import datasets  # slow to import; only this source needs it
+    """``load(datasets, kwargs)`` for the split's ``data_files``; any failure as one NMTError."""
+    import datasets  # slow to import; only data_files needs it
 
     quiet_hub()
-    what, kwargs = _hf_where(cfg, hf_split)
+    if "{split}" not in cfg.data_files:
+        raise NMTError(f"data.data_files={cfg.data_files!r} must contain '{{split}}'")
+    files = cfg.data_files.replace("{split}", hf_split)
     try:
-        return load(datasets, kwargs)
-    except Exception as e:  # network, hub and file errors all come as different types
+        return load(datasets, {"data_files": {hf_split: files}})
+    except Exception as e:  # file errors come as different types
         raise NMTError(
-            f"could not load Hugging Face dataset {what}: {type(e).__name__}: {e}; {_hint(cfg)}"
+            f"could not load Hugging Face dataset {cfg.path} files {files}: {_one_line(e)}; {_hint(cfg, e)}"
         ) from None
 
 
-def _hf_where(cfg: HFDataConfig, hf_split: str) -> tuple[str, dict[str, Any]]:
-    """A description of the split's origin, and the ``datasets`` arguments that name it."""
-    if cfg.data_files:
-        if "{split}" not in cfg.data_files:
-            raise NMTError(f"data.data_files={cfg.data_files!r} must contain '{{split}}'")
-        files = cfg.data_files.replace("{split}", hf_split)
-        return f"{cfg.path} files {files}", {"data_files": {hf_split: files}}
-    return f"{cfg.path} ({cfg.config_name}), split {hf_split!r}", {"name": cfg.config_name}
-
-
 def quiet_hub() -> None:
-    """No retry chatter from the hub client: a failure is reported once, as an NMTError."""
-    import huggingface_hub
+    """No retry chatter from the hub client and no line per HTTP request: a failure is reported once,
+    as an NMTError, and what was read is logged a line per file."""
+    from huggingface_hub.utils import logging as hub_logging
 
-    huggingface_hub.utils.logging.set_verbosity_error()
+    hub_logging.set_verbosity_error()
+    for name in ("httpx", "httpx2", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _hint(cfg: HFDataConfig) -> str:
+def _one_line(e: Exception) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def _hint(cfg: HFDataConfig, error: Exception | None = None) -> str:
     if cfg.data_files:
         return "check data.data_files"
+    if getattr(getattr(error, "response", None), "status_code", None) == 404:
+        return (
+            f"check data.path={cfg.path}, data.config_name={cfg.config_name} and "
+            f"data.revision={cfg.revision} (a commit, branch or tag of the dataset on the hub)"
+        )
     return (
-        "without internet access use local files: experiment=multi30k_cpu data.dir=... (a copy of "
-        "Multi30k), experiment=wmt14_subset_cpu data.dir=..., or data=local data.dir=..."
+        "run again to retry; without internet access use local files: experiment=multi30k_cpu data.dir=... "
+        "(a copy of Multi30k), experiment=wmt14_subset_cpu data.dir=..., or data=local data.dir=..."
     )
 
 
@@ -368,7 +395,7 @@ def _hf_columns(cfg: HFDataConfig, hf_split: str, rows) -> dict[str, list[str]]:
         ) from None
     except Exception as e:
         raise NMTError(
-            f"{cfg.path}, split {hf_split!r}: reading failed: {type(e).__name__}: {e}; {_hint(cfg)}"
+            f"{cfg.path}, split {hf_split!r}: reading failed: {_one_line(e)}; {_hint(cfg, e)}"
         ) from None
     return out
 

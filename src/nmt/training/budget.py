@@ -23,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from nmt.config import TrainerConfig
+from nmt.progress import refresh_interval
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,6 @@ def averaging_marks(window: float, count: int) -> list[float]:
 
 
 TIME_BAR = "{l_bar}{bar}| {n:.0f}/{total:.0f} s [{remaining} left{postfix}]"
-# Seconds between two redraws of a bar whose stderr is not a terminal (a log file, nohup): a redraw per
-# minute instead of ten per second; the log's loss lines (trainer.log_every) say the rest.
-REDIRECTED_REFRESH_S = 60.0
 
 
 class BudgetBar:
@@ -153,7 +151,7 @@ class BudgetBar:
             unit=unit,
             disable=not enabled,
             file=sys.stderr,
-            mininterval=0.1 if sys.stderr.isatty() else REDIRECTED_REFRESH_S,
+            mininterval=refresh_interval(),
             dynamic_ncols=True,
             bar_format=None if self.by_steps else TIME_BAR,
         )
