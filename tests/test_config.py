@@ -137,6 +137,7 @@ REGISTRIES = [
     ("eval.metrics", METRICS),
     ("heads", HEAD_MODES),
     ("quantization", QUANTIZATIONS),
+    ("bench.ct2_quantizations", QUANTIZATIONS),
 ]
 LIBRARY_CHOICES = {"tokenizer.model_type"}  # choices that are a library's names (SentencePiece's), not ours
 

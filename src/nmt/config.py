@@ -422,6 +422,11 @@ class TrainConfig:
     final: FinalConfig = field(default_factory=FinalConfig)
     seed: int = 1
 
+# How scripts/export_ct2.py stores the weights (quantization=, bench.ct2_quantizations): nmt.ct2.export
+CT2_QUANTIZATIONS = (
+    "none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16"
+)
+
 
 @dataclass
 class BenchConfig:
@@ -441,7 +446,7 @@ class BenchConfig:
     matmul_size: int = 2048  # n of the n x n x n matmul that measures the device's ceiling
     output: str = "bench.json"  # written into the run dir
     ct2: bool = False  # also decode with CTranslate2 (the same model exported) and report the speed ratio
-    ct2_quantizations: list[str] = field(default_factory=lambda: ["none"])  # one export each: [none,int8]
+    ct2_quantizations: list[str] = knob(["none"], choices=CT2_QUANTIZATIONS)  # one export each: [none,int8]
 
 
 @dataclass
@@ -650,12 +655,7 @@ class ExportCT2Config:
     output: str = MISSING  # the model directory to write
     # how the weights are stored: none (fp32) | int8 | int8_float32 | int8_float16 | int8_bfloat16 | int16
     # | float16 | bfloat16; CTranslate2 computes in a type the device supports
-    quantization: str = knob(
-        "none",
-        choices=(
-            "none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16"
-        ),
-    )
+    quantization: str = knob("none", choices=CT2_QUANTIZATIONS)
     force: bool = False  # replace an existing output directory
     # a shortlist file (scripts/build_shortlist.py) written as CTranslate2's vocabulary map, used by
     # backend=ct2 with decoding.shortlist set to the same file
