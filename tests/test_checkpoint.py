@@ -1,12 +1,16 @@
 """Checkpoints: atomic writes, no code execution on load, clear mismatch errors, averaging."""
 
+import functools
+import io
 import os
 import pickle
+import random
 import shlex
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import sentencepiece as spm
 import torch
 
 from nmt.average import average_checkpoints, last_checkpoints
@@ -16,12 +20,14 @@ from nmt.checkpoint import (
     load_checkpoint,
     load_model_state,
     make_checkpoint,
+    model_from_checkpoint,
     prune_step_checkpoints,
     step_checkpoints,
 )
 from nmt.config import ToyDataConfig, TrainConfig, TransformerConfig, to_container
 from nmt.errors import NMTError
 from nmt.models import Transformer
+from nmt.tokenizer import Tokenizer
 
 TINY = TransformerConfig(d_model=16, ff_dim=32, heads=2, encoder_layers=1, decoder_layers=1, max_positions=32)
 VOCAB = 40
@@ -32,11 +38,34 @@ def tiny(cfg: TransformerConfig = TINY, vocab: int = VOCAB, seed: int = 0) -> Tr
     return Transformer(cfg, vocab, vocab, joint_vocab=True)
 
 
-def checkpoint(model: Transformer, step: int = 1) -> dict:
-    """The fields ``save_checkpoints`` writes that loading, averaging and translation read."""
-    config = to_container(TrainConfig(data=ToyDataConfig(), model=model.cfg))
-    tokenizer = {"src": torch.tensor(list(b"not parsed here"), dtype=torch.uint8), "tgt": None}
-    return make_checkpoint(model.state_dict(), config, tokenizer, model.vocab_sizes, {"step": step})
+@functools.cache
+def sentencepiece(seed: int = 0) -> Tokenizer:
+    """A joint BPE model of VOCAB pieces; another ``seed``, another model of the same size."""
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 6))) for _ in range(50)]
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([" ".join(rng.choices(words, k=8)) for _ in range(200)]),
+        model_writer=proto,
+        vocab_size=VOCAB,
+        model_type="bpe",
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        minloglevel=2,
+    )
+    return Tokenizer(proto.getvalue())
+
+
+def checkpoint(
+    model: Transformer, step: int = 1, data: ToyDataConfig | None = None, tokenizer: int = 0
+) -> dict:
+    """The fields ``save_checkpoints`` writes that loading, averaging and translation read (``tokenizer``:
+    the seed of its SentencePiece model)."""
+    config = to_container(TrainConfig(data=data or ToyDataConfig(), model=model.cfg))
+    spm_state = sentencepiece(tokenizer).state_dict()
+    return make_checkpoint(model.state_dict(), config, spm_state, model.vocab_sizes, {"step": step})
 
 
 def no_temp_files(folder: Path) -> bool:
@@ -203,6 +232,59 @@ def test_averaging_different_architectures_is_refused(tmp_path, other, vocab):
         average_checkpoints([tmp_path / "step_1.pt", tmp_path / "step_2.pt"])
     with pytest.raises(NMTError, match="nothing to average"):
         average_checkpoints([])
+
+
+def test_averaging_checkpoints_of_another_sentencepiece_model_or_direction_is_refused(tmp_path):
+    """The ensemble's check: the same vocabulary size and architecture let both through before."""
+    first, same, other = (tmp_path / name for name in ("step_1.pt", "step_2.pt", "other.pt"))
+    atomic_save(checkpoint(tiny(seed=1)), first)
+    atomic_save(checkpoint(tiny(seed=2)), same)
+    assert average_checkpoints([first, same])["progress"] == {"step": 1}
+    atomic_save(checkpoint(tiny(seed=2), tokenizer=1), other)
+    assert sentencepiece(1).src_vocab_size == sentencepiece(0).src_vocab_size == VOCAB
+    with pytest.raises(NMTError) as e:
+        average_checkpoints([first, other])
+    assert str(e.value) == (
+        f"{other} has another vocabulary (SentencePiece model) than {first}: the checkpoints averaged "
+        "must share it"
+    )
+    atomic_save(checkpoint(tiny(seed=2), data=ToyDataConfig(src_lang="tgt", tgt_lang="src")), other)
+    with pytest.raises(NMTError) as e:
+        average_checkpoints([first, other])
+    assert str(e.value) == (
+        f"{other} translates tgt->src, {first} src->tgt: the checkpoints averaged must translate in one "
+        "direction"
+    )
+
+
+def test_a_config_with_interpolations_is_not_a_plain_data_checkpoint(tmp_path, monkeypatch):
+    """A checkpoint's config is stored resolved: one that holds ``${...}`` would read the environment of
+    whoever loads it (and the service shows data.src_lang to every client) or fail with a traceback."""
+    monkeypatch.setenv("NMT_TEST_SECRET", "hunter2")
+    for key, value in [("src_lang", "${oc.env:NMT_TEST_SECRET}"), ("tgt_lang", "x${data.src_lang}")]:
+        ckpt = checkpoint(tiny())
+        ckpt["config"]["data"][key] = value
+        atomic_save(ckpt, tmp_path / "evil.pt")
+        with pytest.raises(NMTError) as e:
+            model_from_checkpoint(load_checkpoint(tmp_path / "evil.pt"))
+        assert str(e.value) == (
+            f"{tmp_path / 'evil.pt'}: refused to load (not a plain-data checkpoint): its config holds an "
+            f"interpolation at data.{key}"
+        )
+    ckpt = checkpoint(tiny())
+    ckpt["config"]["model"]["${oc.env:NMT_TEST_SECRET}"] = 1  # in a key, too
+    atomic_save(ckpt, tmp_path / "evil.pt")
+    with pytest.raises(NMTError, match=r"interpolation at model\.\$\{oc\.env:NMT_TEST_SECRET\}$"):
+        load_checkpoint(tmp_path / "evil.pt")
+
+
+def test_a_config_that_is_no_training_config_is_one_line(tmp_path):
+    ckpt = checkpoint(tiny())
+    ckpt["config"]["model"]["d_model"] = "wide"
+    with pytest.raises(
+        NMTError, match=r"^the checkpoint's config is not a training config \(ValidationError: "
+    ):
+        model_from_checkpoint(ckpt)
 
 
 def test_step_checkpoints_are_ordered_numerically_and_pruned(tmp_path):

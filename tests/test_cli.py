@@ -189,3 +189,19 @@ def test_an_entry_point_runs_its_script(tmp_path, monkeypatch, capsys):
         commands.translate()
     assert exit_.value.code == 1
     assert "did you mean decoding.beam_size?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("help_flag", [[], ["--help"]])
+def test_an_override_that_does_not_parse_is_one_line_with_or_without_help(
+    tmp_path, monkeypatch, capsys, help_flag
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["nmt-train", *help_flag, "data.dir=[a"])
+    with pytest.raises(SystemExit) as exit_:
+        commands.train()
+    assert exit_.value.code == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    why = "no viable alternative at input '[a'"
+    assert lines[0].startswith(f"error: data.dir=[a: cannot parse it ({why}); See ")
+    assert list(tmp_path.iterdir()) == []

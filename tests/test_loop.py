@@ -15,10 +15,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 import nmt.training.loop as loop
+import nmt.training.setup as setup
 import nmt.training.validation as validation
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint import atomic_save, load_checkpoint
 from nmt.config import TrainConfig
-from nmt.data import collate
+from nmt.data import collate, prepare_corpus
 from nmt.errors import NMTError
 from nmt.training.loop import train_step
 from nmt.training.setup import Run, set_up
@@ -329,3 +330,88 @@ def test_the_log_gets_a_loss_line_every_log_every_updates_with_the_bar_on(config
     ]
     assert [line.split(":")[0] for line in lines] == ["step 2", "step 4"]
     assert all(" loss " in line and " ppl " in line and " tok/s " in line for line in lines), lines
+
+
+# ------------------------------------------------------------------------------- what a run continues
+def counting_updates(monkeypatch) -> list[int]:
+    updates: list[int] = []
+    real_step = loop.train_step
+    monkeypatch.setattr(loop, "train_step", lambda *a, **k: updates.append(1) or real_step(*a, **k))
+    return updates
+
+
+def test_a_rerun_in_a_run_dir_continues_its_run_and_never_writes_over_it(config, tmp_path, monkeypatch):
+    """A fixed hydra.run.dir run again (run.sh's RUN_DIR, a requeued job) continues from last.pt; with
+    trainer.resume=null it is refused, in one line, before anything is written."""
+    budget = ("trainer.valid_every=2", "trainer.max_steps=2")
+    loop.train(config(*budget), tmp_path)
+    first = written(tmp_path / "checkpoints")
+    updates = counting_updates(monkeypatch)
+    loop.train(config("trainer.valid_every=2", "trainer.max_steps=4"), tmp_path)  # the budget raised
+    assert len(updates) == 2  # steps 3 and 4, not 1 to 4
+    assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["progress"]["step"] == 4
+    assert written(tmp_path / "checkpoints")["step_2.pt"] == first["step_2.pt"]
+    before = written(tmp_path)
+    with pytest.raises(NMTError) as e:  # another model in the same run dir: the run there is named
+        loop.train(config(*budget, "model.d_model=16"), tmp_path)
+    last = tmp_path / "checkpoints" / "last.pt"
+    assert str(e.value).startswith(
+        f"trainer.resume=auto ({last}, the run of this hydra.run.dir): architecture does not match"
+    )
+    assert "\n" not in str(e.value)
+    with pytest.raises(NMTError) as e:
+        loop.train(config(*budget, "trainer.resume=null"), tmp_path)
+    assert str(e.value) == (
+        f"{tmp_path} holds a run (last.pt, best.pt, step_2.pt, ...) that trainer.resume=null would write "
+        "over: continue it with trainer.resume=auto, or train a new run in another hydra.run.dir"
+    )
+    assert written(tmp_path) == before and len(updates) == 2
+    (tmp_path / "checkpoints" / "last.pt").unlink()  # which checkpoint to go on from: the user says
+    with pytest.raises(NMTError, match=r"holds checkpoints \(best.pt, step_2.pt, step_4.pt\) but no last.pt"):
+        loop.train(config(*budget), tmp_path)
+    other = tmp_path / "other"
+    loop.train(config(*budget), other)
+    with pytest.raises(NMTError, match=rf"^{other} holds a run .* that trainer.resume=.*step_2.pt would"):
+        loop.train(config(*budget, f"trainer.resume={tmp_path / 'checkpoints' / 'step_2.pt'}"), other)
+
+
+def test_resuming_a_checkpoint_of_another_direction_or_sentencepiece_model_is_refused(config, tmp_path):
+    """A joint vocabulary serves both directions, and another toy corpus gives a SentencePiece model of
+    the same size: neither the vocabulary sizes nor the architecture tell them apart."""
+    loop.train(config("trainer.valid_every=2", "trainer.max_steps=2"), tmp_path / "a")
+    last = tmp_path / "a" / "checkpoints" / "last.pt"
+    resume = ("trainer.valid_every=2", "trainer.max_steps=4", f"trainer.resume={last}")
+    with pytest.raises(NMTError) as e:
+        loop.train(config(*resume, "data.src_lang=tgt", "data.tgt_lang=src"), tmp_path / "b")
+    assert str(e.value) == (
+        f"trainer.resume={last} translates src->tgt, this run's data tgt->src: a run and the checkpoint it "
+        "continues must translate in one direction"
+    )
+    other = config(*resume, "data.seed=7")
+    tokenizer = prepare_corpus(other.data, other.tokenizer, progress=False).tokenizer
+    vocab = load_checkpoint(last)["vocab"]
+    assert (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) == (vocab["src"], vocab["tgt"])
+    with pytest.raises(NMTError) as e:
+        loop.train(other, tmp_path / "c")
+    assert str(e.value) == (
+        f"trainer.resume={last} has another vocabulary (SentencePiece model) than this run's data: a run "
+        "and the checkpoint it continues must share it"
+    )
+
+
+@pytest.mark.parametrize("kind", ["averaged", "final"])
+def test_resuming_a_checkpoint_without_training_state_is_refused_before_any_data_work(
+    config, tmp_path, monkeypatch, kind
+):
+    loop.train(config("trainer.valid_every=2", "trainer.max_steps=2"), tmp_path / "a")
+    ckpt = load_checkpoint(tmp_path / "a" / "checkpoints" / "last.pt")
+    weights = {k: v for k, v in ckpt.items() if k not in ("optimizer", "scaler", "sampler", "rng")}
+    path = tmp_path / "a" / "checkpoints" / f"{kind}.pt"
+    atomic_save(weights, path)
+    monkeypatch.setattr(setup, "prepare_corpus", lambda *a, **k: pytest.fail("data prepared first"))
+    with pytest.raises(NMTError) as e:
+        loop.train(config(f"trainer.resume={path}"), tmp_path / "b")
+    assert str(e.value).startswith(f"trainer.resume={path}: a model without training state")
+    assert "resume from the run's last.pt or a step_N.pt" in str(e.value)
+    assert str(e.value).endswith(f"train on from these weights with trainer.init_from={path}")
+    assert not (tmp_path / "b").exists()

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nmt.checkpoint import checkpoint_step, load_checkpoint, make_checkpoint, step_checkpoints
+from nmt.checkpoint import (
+    check_same_task,
+    checkpoint_step,
+    checkpoint_task,
+    load_checkpoint,
+    make_checkpoint,
+    step_checkpoints,
+)
 from nmt.errors import NMTError
 
 
@@ -25,15 +32,18 @@ def last_checkpoints(run_dir: Path, count: int, window: float = 0.0) -> list[Pat
 def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     """A checkpoint whose weights are the mean of ``paths``' weights (config, tokenizer of the last).
 
-    Refuses checkpoints of different architectures or vocabularies. Training state (optimizer,
-    sampler) is dropped: the result is for evaluation and translation, not for resuming.
+    Refuses checkpoints of different directions, SentencePiece models (as an ensemble does),
+    architectures or vocabulary sizes. Training state (optimizer, sampler) is dropped: the result is for
+    evaluation and translation, not for resuming.
     """
     if not paths:
         raise NMTError("nothing to average: no checkpoints given")
     first = load_checkpoint(paths[0])
+    task = checkpoint_task(first)
     total = {k: v.detach().double().clone() for k, v in first["model"].items()}
     for path in paths[1:]:
         ckpt = load_checkpoint(path)
+        check_same_task(str(path), checkpoint_task(ckpt), str(paths[0]), task, "the checkpoints averaged")
         if ckpt["config"]["model"] != first["config"]["model"] or ckpt["vocab"] != first["vocab"]:
             raise NMTError(
                 f"cannot average {path} with {paths[0]}: different model architecture or vocabulary "

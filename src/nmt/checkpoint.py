@@ -12,10 +12,12 @@ import pickle
 import random
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf.errors import OmegaConfBaseException
 
 from nmt.config import TrainConfig, to_train_config
 from nmt.errors import NMTError
@@ -81,7 +83,28 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise NMTError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT_VERSION:
         raise NMTError(f"{path}: not an nmt checkpoint (format {FORMAT_VERSION} expected)")
+    interpolation = _interpolation(ckpt.get("config"))
+    if interpolation:
+        raise NMTError(
+            f"{path}: refused to load (not a plain-data checkpoint): its config holds an interpolation "
+            f"at {interpolation}"
+        )
     return ckpt
+
+
+def _interpolation(node: Any, where: str = "") -> str:
+    """The first key of a checkpoint's config whose value (or name) holds ``${``, "" if none. Configs are
+    saved resolved, so one is foreign, and rebuilding the config would resolve it: ``${oc.env:...}``
+    would read the environment of whoever loads the checkpoint (and the service shows ``data.*``)."""
+    if isinstance(node, str):
+        return (where or "config") if "${" in node else ""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        name = f"{where}.{key}" if where else str(key)
+        found = name if "${" in str(key) else _interpolation(value, name)
+        if found:
+            return found
+    return ""
 
 
 def make_checkpoint(
@@ -109,7 +132,47 @@ def make_checkpoint(
 
 
 def checkpoint_config(ckpt: dict[str, Any]) -> TrainConfig:
-    return to_train_config(ckpt["config"])
+    try:
+        return to_train_config(ckpt["config"])
+    except (KeyError, TypeError, AttributeError, OmegaConfBaseException) as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise NMTError(
+            f"the checkpoint's config is not a training config ({type(e).__name__}: {first})"
+        ) from e
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a model translates: its direction and its vocabulary (the tokenizer's fingerprint). Models
+    combined (an ensemble, an average) or continued (a resumed run) must share all three: a joint
+    vocabulary serves both directions, and two SentencePiece models of one size number other pieces."""
+
+    src_lang: str
+    tgt_lang: str
+    vocabulary: str  # Tokenizer.fingerprint
+
+    @classmethod
+    def of(cls, src_lang: str, tgt_lang: str, tokenizer: Tokenizer) -> Task:
+        return cls(src_lang, tgt_lang, tokenizer.fingerprint)
+
+
+def checkpoint_task(ckpt: dict[str, Any]) -> Task:
+    data = ckpt["config"]["data"]
+    return Task.of(data["src_lang"], data["tgt_lang"], Tokenizer.from_state_dict(ckpt["tokenizer"]))
+
+
+def check_same_task(name: str, task: Task, reference: str, expected: Task, members: str) -> None:
+    """Refuse ``name`` (translating ``task``) beside ``reference`` (``expected``), in one line that names
+    both; ``members`` says what they are (``the models of an ensemble``)."""
+    if (task.src_lang, task.tgt_lang) != (expected.src_lang, expected.tgt_lang):
+        raise NMTError(
+            f"{name} translates {task.src_lang}->{task.tgt_lang}, {reference} "
+            f"{expected.src_lang}->{expected.tgt_lang}: {members} must translate in one direction"
+        )
+    if task.vocabulary != expected.vocabulary:
+        raise NMTError(
+            f"{name} has another vocabulary (SentencePiece model) than {reference}: {members} must share it"
+        )
 
 
 def model_from_checkpoint(
@@ -135,7 +198,8 @@ def load_model_state(model: Seq2Seq, ckpt: dict[str, Any], where: str) -> None:
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
-        raise NMTError(f"{where}: architecture does not match the configured model: {e}") from e
+        why = " ".join(str(e).split())  # torch's lines, one per key: on one line
+        raise NMTError(f"{where}: architecture does not match the configured model: {why}") from e
 
 
 def step_checkpoints(folder: Path) -> list[Path]:

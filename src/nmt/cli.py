@@ -21,6 +21,7 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
+from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nmt.config import check_values, field_comments, register_configs
@@ -100,8 +101,13 @@ def _compose(config_name: str, groups: list[str]) -> DictConfig:
 
 def _split(overrides: list[str]) -> tuple[list[Override], list[Override]]:
     """Group choices (``data=local``) and key overrides (``data.dir=...``, ``+key=...``), Hydra's own and
-    deletions (``~key``) left out."""
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    deletions (``~key``) left out. An override that does not parse is refused in one line."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except OverrideParseException as e:  # Hydra's lines: what is wrong (or a caret under it), a link
+        *lines, link = str(e).splitlines()
+        why = [line for line in lines if line.strip(" ^") and not line.startswith("Error parsing override")]
+        raise NMTError(f"{e.override}: cannot parse it ({'; '.join(why)}); {link}") from None
     groups = [o for o in parsed if _is_group(o)]
     keys = [o for o in parsed if not _is_group(o) and not o.key_or_group.startswith("hydra.")]
     return groups, [o for o in keys if o.type != OverrideType.DEL]
@@ -111,10 +117,7 @@ def check_overrides(config_name: str, overrides: list[str]) -> None:
     """Refuse, in one line naming the closest real one, an option of a config group that does not exist
     and an override of a key the script's config does not have, ``+key=value`` included (Hydra would add
     it, and the run would ignore it or fail late)."""
-    try:
-        groups, keys = _split(overrides)
-    except Exception:  # bad syntax: Hydra says what is wrong
-        return
+    groups, keys = _split(overrides)
     for group in groups:
         options, value = _options(group.key_or_group), group.value()
         if options and isinstance(value, str) and value not in options:

@@ -300,7 +300,9 @@ class TrainerConfig:
     keep_checkpoints: int = knob(5, NON_NEGATIVE)
     # share of the budget at whose end keep_checkpoints step_N.pt are spread
     average_window: float = knob(0.2, SHARE)
-    resume: str | None = None  # "auto" (last.pt of this run dir) or a checkpoint path
+    # "auto": continue the run dir's last.pt if it has one (a re-run or a requeued job goes on), else start;
+    # a checkpoint path; null: start anew. None of them writes over another run's checkpoints in the run dir.
+    resume: str | None = "auto"
     max_bad_steps: int = knob(20, NON_NEGATIVE)  # consecutive non-finite losses before giving up
     num_text_examples: int = knob(3, NON_NEGATIVE)  # validation triples written to TensorBoard
     attention_image: bool = True  # cross-attention heatmap of a validation sentence in TensorBoard
@@ -832,6 +834,17 @@ def split_benchmark_config(cfg: DictConfig) -> tuple[TrainConfig, BenchConfig]:
 def to_container(cfg: TrainConfig) -> dict:
     """A plain, resolved dict of the config (for checkpoints, TensorBoard hparams, printing)."""
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+
+
+DATA_FOLDERS = ("cache_dir", "dir")  # the keys of a data config that name folders
+
+
+def with_absolute_folders(data: DataConfig) -> DataConfig:
+    """``data`` with its folders absolute (from the working directory): a run's checkpoints then find
+    the corpus and the cache the run used wherever they are evaluated from, instead of preparing the
+    corpus again under the working directory of the day."""
+    folders = {key: os.path.abspath(getattr(data, key)) for key in DATA_FOLDERS if hasattr(data, key)}
+    return dataclasses.replace(data, **folders)
 
 
 # --------------------------------------------------------------------------------- value checks

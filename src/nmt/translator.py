@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from nmt.alignment import WordAlignment, attention_links, cross_attention_batches, resolve_layer, words
 from nmt.attention_maps import CrossAttention
 from nmt.backends import Backend, TorchBackend, load_backend
-from nmt.checkpoint import load_checkpoint, model_from_checkpoint
+from nmt.checkpoint import Task, check_same_task, load_checkpoint, model_from_checkpoint
 from nmt.config import (
     DecodingConfig,
     DecodingOverrides,
@@ -130,17 +130,13 @@ class Translator:
         models = [model]
         for path in paths[1:]:
             other, other_tokenizer, other_cfg = model_from_checkpoint(load_checkpoint(path), device)
-            if (other_cfg.data.src_lang, other_cfg.data.tgt_lang) != direction:
-                raise NMTError(
-                    f"checkpoint={path} translates {other_cfg.data.src_lang}->{other_cfg.data.tgt_lang}, "
-                    f"{paths[0]} {direction[0]}->{direction[1]}: the models of an ensemble must translate "
-                    "in one direction"
-                )
-            if other_tokenizer.fingerprint != tokenizer.fingerprint:
-                raise NMTError(
-                    f"checkpoint={path} has another vocabulary (SentencePiece model) than {paths[0]}: "
-                    "the models of an ensemble must share it"
-                )
+            check_same_task(
+                f"checkpoint={path}",
+                Task.of(other_cfg.data.src_lang, other_cfg.data.tgt_lang, other_tokenizer),
+                str(paths[0]),
+                Task.of(*direction, tokenizer),
+                "the models of an ensemble",
+            )
             models.append(other)
             positions = min(cfg.model.max_positions, other_cfg.model.max_positions)
             cfg = replace(cfg, model=replace(cfg.model, max_positions=positions))

@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from nmt.checkpoint import atomic_save, load_checkpoint
-from nmt.config import EvalFilesConfig, EvaluateConfig
+from nmt.config import DecodingOverrides, EvalDataConfig, EvalFilesConfig, EvaluateConfig
 from nmt.data import prepare_text
 from nmt.errors import NMTError
-from nmt.evaluation import evaluate_checkpoint
+from nmt.evaluation import evaluate_checkpoint, report_dir
 from nmt.metrics import corpus_scores
+from nmt.training.loop import train
 from nmt.translator import Translator
 
 pytestmark = pytest.mark.slow
@@ -120,6 +121,33 @@ def test_evaluate_keeps_empty_lines_and_warns_on_truncation(toy_run, text, tmp_p
     assert report.sentences == 6 and len(hyps) == 7 and hyps[-1] == ""
     assert hyps[2] == "" and all(hyps[i] for i in (0, 1, 3, 4, 5))
     assert any("line 5:" in r.getMessage() and "truncated" in r.getMessage() for r in caplog.records)
+
+
+def test_evaluating_from_another_working_directory_reads_the_runs_data(toy, toy_run, tmp_path, monkeypatch):
+    """A run made with a relative data.cache_dir (the default ``data``) and evaluated from elsewhere (the
+    home folder) reads the corpus the run used: nothing is prepared or written where it is evaluated."""
+    project, home = tmp_path / "project", tmp_path / "home"
+    project.mkdir()
+    home.mkdir()
+    (project / "data").symlink_to(toy.data_cache)  # the corpus the session's toy run prepared
+    monkeypatch.chdir(project)
+    overrides = [*toy.short, "trainer.max_steps=2", "trainer.valid_every=2", "trainer.keep_checkpoints=0"]
+    cfg = toy.compose_train(
+        *[o for o in toy.overrides(*overrides) if "cache_dir" not in o], "data.cache_dir=data"
+    )
+    train(cfg, Path("outputs/run"))
+    cache = sorted(p.relative_to(toy.data_cache) for p in toy.data_cache.rglob("*"))
+
+    monkeypatch.chdir(home)
+    checkpoint = project / "outputs" / "run" / "checkpoints" / "last.pt"
+    decoding = DecodingOverrides(beam_size=1)
+    split = EvalDataConfig(split="valid")
+    cfg = EvaluateConfig(checkpoint=str(checkpoint), data=split, decoding=decoding, device="cpu")
+    report = evaluate_checkpoint(cfg, report_dir(checkpoint))
+    assert report.sentences == toy_run.cfg.data.valid_size
+    assert list(home.iterdir()) == []
+    assert sorted(p.relative_to(toy.data_cache) for p in toy.data_cache.rglob("*")) == cache
+    assert Path(report.report).parent == project / "outputs" / "run" / "eval"
 
 
 def test_evaluate_refuses_unknown_metrics_before_decoding(toy_run, monkeypatch):

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from nmt import checkpoint as ckpt_io
-from nmt.config import TrainConfig, check_train_config
+from nmt.config import TrainConfig, check_train_config, with_absolute_folders
 from nmt.data import PreparedData, TokenBatchSampler, clipped_lengths, prepare_corpus
 from nmt.devices import resolve_precision, select_device
 from nmt.errors import NMTError
@@ -68,6 +69,10 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     """Device, process group, seeds, data, model, optimizer, sampler; restored from a checkpoint
     when ``trainer.resume`` says so."""
     check_train_config(cfg)
+    cfg = replace(cfg, data=with_absolute_folders(cfg.data))  # as the checkpoints store it
+    ckpt_dir = run_dir / "checkpoints"
+    resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
+    state = resumable(resume_from) if resume_from is not None else None  # before any data or model work
     device = select_device(cfg.trainer.device)
     dist = init_distributed(device)
     if dist.enabled and device.type == "cuda":
@@ -94,10 +99,17 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     budget = Budget.from_config(cfg.trainer, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     progress = Progress()
-    ckpt_dir = run_dir / "checkpoints"
-    resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
-    if resume_from is not None:
-        progress = restore(resume_from, model, optimizer, scaler, sampler, dist.rank)
+    if state is not None:
+        auto = f" ({resume_from}, the run of this hydra.run.dir)" if cfg.trainer.resume == "auto" else ""
+        where = f"trainer.resume={cfg.trainer.resume}{auto}"
+        ckpt_io.check_same_task(
+            where,
+            ckpt_io.checkpoint_task(state),
+            "this run's data",
+            ckpt_io.Task.of(cfg.data.src_lang, cfg.data.tgt_lang, tok),
+            "a run and the checkpoint it continues",
+        )
+        progress = restore(state, where, model, optimizer, scaler, sampler, dist.rank)
         log.info("resumed from %s at step %d (epoch %d)", resume_from, progress.step, progress.epoch)
     if dist.is_main:
         log.info(
@@ -221,23 +233,59 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def resume_path(resume: str | None, ckpt_dir: Path) -> Path | None:
-    if not resume:
-        return None
-    if resume == "auto":
-        last = ckpt_dir / "last.pt"
-        if last.is_file():
-            return last
-        log.info("trainer.resume=auto: no %s yet, starting fresh", last)
-        return None
-    path = Path(resume)
-    if not path.is_file():
+    """The checkpoint ``trainer.resume`` continues: "auto" = the run dir's ``last.pt`` if it has one (a
+    re-run or a requeued job continues), else a path; None = a new run. A new run, or one continuing a
+    checkpoint of another run dir, is refused where it would write over the checkpoints of a run."""
+    last = ckpt_dir / "last.pt"
+    if resume == "auto" and last.is_file():
+        return last
+    path = Path(resume) if resume and resume != "auto" else None
+    if path is not None and not path.is_file():
         raise NMTError(f"trainer.resume={resume}: no such checkpoint")
+    if path is not None and path.resolve().parent == ckpt_dir.resolve():
+        return path  # a checkpoint of this run: it goes on from there
+    held = training_checkpoints(ckpt_dir)
+    if held:
+        names = ", ".join(p.name for p in held[:3]) + (", ..." if len(held) > 3 else "")
+        if resume == "auto":  # last.pt deleted: which checkpoint to go on from is the user's choice
+            raise NMTError(
+                f"{ckpt_dir.parent} holds checkpoints ({names}) but no last.pt: continue with "
+                f"trainer.resume=PATH of one of them, or train a new run in another hydra.run.dir"
+            )
+        setting = f"trainer.resume={resume or 'null'}"
+        raise NMTError(
+            f"{ckpt_dir.parent} holds a run ({names}) that {setting} would write over: continue it"
+            " with trainer.resume=auto, or train a new run in another hydra.run.dir"
+        )
+    if resume == "auto":
+        log.info("trainer.resume=auto: no %s, a new run", last)
     return path
 
 
-def restore(path: Path, model, optimizer, scaler, sampler, rank: int) -> Progress:
+def training_checkpoints(ckpt_dir: Path) -> list[Path]:
+    """The files of ``ckpt_dir`` that training writes: ``last.pt``, ``best.pt``, ``step_N.pt``."""
+    named = [ckpt_dir / name for name in ("last.pt", "best.pt")]
+    return [p for p in named if p.is_file()] + ckpt_io.step_checkpoints(ckpt_dir)
+
+
+TRAINING_STATE = ("optimizer", "scaler", "sampler", "rng")  # what resuming needs besides the weights
+
+
+def resumable(path: Path) -> dict[str, Any]:
+    """The checkpoint at ``path``, refused unless it holds the training state to continue from."""
     state = ckpt_io.load_checkpoint(path)
-    ckpt_io.load_model_state(model, state, where=f"trainer.resume={path}")
+    missing = [key for key in TRAINING_STATE if key not in state]
+    if missing:
+        raise NMTError(
+            f"trainer.resume={path}: a model without training state (no {', '.join(missing)}; an averaged "
+            f"or final checkpoint) cannot be resumed: resume from the run's last.pt or a step_N.pt, or train "
+            f"on from these weights with trainer.init_from={path}"
+        )
+    return state
+
+
+def restore(state: dict[str, Any], where: str, model, optimizer, scaler, sampler, rank: int) -> Progress:
+    ckpt_io.load_model_state(model, state, where=where)
     optimizer.load_state_dict(state["optimizer"])
     scaler.load_state_dict(state["scaler"])
     sampler.load_state_dict(state["sampler"])
