@@ -13,7 +13,6 @@ import uvicorn
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
-from nmt.config import SERVE_RULES, check_values
 from nmt.serve import create_app, listen, trusted_hosts
 from nmt.serve.work import TranslatorSpec
 
@@ -21,7 +20,6 @@ from nmt.serve.work import TranslatorSpec
 @script_main("serve")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
-    check_values(cfg, SERVE_RULES)
     sock = listen(cfg.host, cfg.port)
     spec = TranslatorSpec(cfg.checkpoint, cfg.device, cfg.backend, cfg.ct2_model)
     translator = spec.load()

@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers import copy_sentences, tiny_transformer, train_to_copy
 
-from nmt.config import DecodingConfig, TransformerConfig, to_container, to_train_config
+from nmt.config import DecodingConfig, TransformerConfig, check_model, to_container, to_train_config
 from nmt.decoding import beam_search, greedy_search, pad_batch
 from nmt.errors import NMTError
 from nmt.models import Transformer, kv_cache_bytes
@@ -167,8 +167,8 @@ def test_cross_attention_cache_keeps_projected_keys():
 
 def test_registry_and_bad_chunk():
     assert isinstance(build_attention("additive", D_MODEL, HEADS, 0.0, True, score_dim=3), AdditiveAttention)
-    with pytest.raises(NMTError, match="additive_chunk"):
-        AdditiveAttention(D_MODEL, HEADS, 0.0, True, chunk=0)
+    with pytest.raises(NMTError, match=r"^model\.additive_chunk=0: must be > 0"):
+        check_model(TransformerConfig(self_attention="additive", additive_chunk=0))
 
 
 # --------------------------------------------------------------------------------- rotary positions
@@ -388,9 +388,11 @@ def test_kv_heads_equal_to_heads_is_todays_multi_head_attention():
 
 
 def test_heads_must_be_a_multiple_of_kv_heads():
-    for kv_heads in (3, 5, -1):
+    for kv_heads in (3, 5):
         with pytest.raises(NMTError, match=r"model\.heads=4 .*model\.kv_heads"):
             tiny(replace(TINY, kv_heads=kv_heads))
+    with pytest.raises(NMTError, match=r"^model\.kv_heads=-1: must be >= 0"):
+        tiny(replace(TINY, kv_heads=-1))
 
 
 @pytest.mark.parametrize("cfg", VARIANTS.values(), ids=VARIANTS.keys())

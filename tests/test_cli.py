@@ -95,6 +95,38 @@ def test_translate_refuses_a_typo_before_the_model_loads(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("script", "args", "message"),
+    [
+        (
+            "translate",
+            ["checkpoint=missing.pt", "backend=ct"],
+            "backend=ct: must be one of torch, ct2; did you mean ct2?",
+        ),
+        ("translate", ["checkpoint=missing.pt", "decoding.beam_size=0"], "decoding.beam_size=0: must be > 0"),
+        (
+            "benchmark",
+            ["experiment=toy", "bench.precisions=[fp32,bf61]"],
+            "bench.precisions=['fp32', 'bf61']: must each be one of auto, fp32, bf16, fp16; "
+            "did you mean bf16?",
+        ),
+    ],
+)
+def test_every_script_refuses_a_bad_value_before_any_work_in_one_line(tmp_path, script, args, message):
+    """The checkpoint does not exist, the toy corpus is not prepared: the setting's error comes first."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / f"scripts/{script}.py"), *args, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        input="a b c\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "data").exists() and not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_field_comments_are_the_dataclass_comments():
     trainer = field_comments(TrainerConfig)
     assert trainer["max_steps"] == "optimizer updates; 0 = no limit"

@@ -1,5 +1,6 @@
 """Config composition: typos and wrong types fail at composition time, naming the key."""
 
+import dataclasses
 import re
 import typing
 from dataclasses import dataclass, fields, replace
@@ -9,21 +10,37 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from nmt import config
+from nmt.attention_maps import HEAD_MODES
+from nmt.backends import BACKENDS
+from nmt.cli import _missing_keys
 from nmt.config import (
-    DECODING_RULES,
+    DATA_SCHEMAS,
+    HIGHER_IS_BETTER,
+    MODEL_SCHEMAS,
     NON_NEGATIVE,
-    SERVE_RULES,
     DecodingConfig,
     DecodingOverrides,
     check_decoding,
     check_train_config,
     check_values,
+    knob,
+    knob_rules,
+    knobs_of,
     merge_decoding,
-    option,
     overrides_of,
 )
+from nmt.ct2.export import QUANTIZATIONS
+from nmt.data.sources import READERS
+from nmt.devices import DTYPES
 from nmt.errors import NMTError
-from nmt.training.setup import set_up
+from nmt.metrics import METRICS
+from nmt.models import ARCHS
+from nmt.models.attention import ATTENTION
+from nmt.models.transformer import POSITIONALS
+from nmt.scoring import FORMATS
+from nmt.training.schedule import SCHEDULES
+from nmt.training.setup import OPTIMIZERS, set_up
 from nmt.training.validation import is_better
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -101,6 +118,96 @@ def test_model_and_optimizer_values_are_refused_before_any_data_is_read(
     assert not (tmp_path / "run").exists()
 
 
+# Each implementation registry, by the setting whose choices name its entries.
+REGISTRIES = [
+    ("data.source", DATA_SCHEMAS),
+    ("data.source", READERS),
+    ("model.arch", ARCHS),
+    ("model.arch", MODEL_SCHEMAS),
+    ("model.positional", POSITIONALS),
+    ("model.self_attention", ATTENTION),
+    ("model.cross_attention", ATTENTION),
+    ("optim.name", OPTIMIZERS),
+    ("optim.schedule", SCHEDULES),
+    ("trainer.precision", ["auto", *DTYPES]),
+    ("bench.precisions", ["auto", *DTYPES]),
+    ("trainer.best_metric", HIGHER_IS_BETTER),
+    ("backend", BACKENDS),
+    ("format", FORMATS),
+    ("eval.metrics", METRICS),
+    ("heads", HEAD_MODES),
+    ("quantization", QUANTIZATIONS),
+    ("bench.ct2_quantizations", QUANTIZATIONS),
+]
+LIBRARY_CHOICES = {"tokenizer.model_type"}  # choices that are a library's names (SentencePiece's), not ours
+
+
+def choice_settings() -> dict[str, set[tuple[str, ...]]]:
+    """Every setting with choices, in any schema (``model.arch``, ``backend``, ...), and its choices."""
+    sections = {config.DataConfig: "data.", config.ModelConfig: "model.", config.OptimConfig: "optim."}
+    sections |= {config.TokenizerConfig: "tokenizer.", config.TrainerConfig: "trainer."}
+    sections |= {config.BenchConfig: "bench.", config.EvalFilesConfig: "eval."}
+    found: dict[str, set[tuple[str, ...]]] = {}
+    for schema in vars(config).values():
+        if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
+            continue
+        section = next((prefix for base, prefix in sections.items() if issubclass(schema, base)), "")
+        for name, meta in knobs_of(schema).items():
+            if meta["choices"]:
+                found.setdefault(section + name, set()).add(meta["choices"])
+    return found
+
+
+def test_every_registry_is_keyed_by_its_settings_choices():
+    """Adding a kind to an implementation without its choice beside the setting, or a choice without its
+    implementation, fails here; so does a choice-valued setting whose registry is not listed."""
+    settings = choice_settings()
+    assert set(settings) == {key for key, _ in REGISTRIES} | LIBRARY_CHOICES
+    for key, registry in REGISTRIES:
+        for choices in settings[key]:  # backend: translate's and distill's
+            assert list(choices) == list(registry), key
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "data.source=locl",
+        "optim.schedule=inverse_sqr",
+        "optim.name=adamm",
+        "model.arch=transfomer",
+        "model.positional=learnd",
+        "model.self_attention=addittive",
+        "trainer.precision=bf61",
+        "trainer.best_metric=chrF",
+        "tokenizer.model_type=unigramm",
+    ],
+)
+def test_a_bad_choice_fails_before_any_data_in_the_one_format(override, compose_train_cfg, tmp_path):
+    """The data source does not exist: the setting's error comes first, naming it, its choices and the
+    closest one."""
+    cfg = compose_train_cfg("data=local", f"data.dir={tmp_path / 'missing'}", override, "trainer.device=cpu")
+    key, value = override.split("=")
+    with pytest.raises(NMTError) as e:
+        set_up(cfg, tmp_path / "run")
+    choices = next(iter(choice_settings()[key]))
+    assert str(e.value).startswith(f"{key}={value}: must be one of {', '.join(choices)}")
+    assert re.search(r"; did you mean \w+\?$", str(e.value))
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_architecture_other_than_the_models_is_refused():
+    with pytest.raises(NMTError, match=r"^model\.arch=rnnsearch: must be transformer here"):
+        check_values(config.TransformerConfig(arch="rnnsearch"), "model.")
+
+
+def test_every_scripts_defaults_pass_the_checks(compose_cfg):
+    """What every script checks at start (nmt.cli.run_cli) holds for its defaults, required keys given."""
+    for name in sorted(p.stem for p in CONFIGS.glob("*.yaml")):
+        extra = ["experiment=toy"] if name in ("train", "benchmark") else []
+        missing = list(_missing_keys(OmegaConf.to_container(compose_cfg(name, *extra), resolve=False)))
+        check_values(OmegaConf.to_object(compose_cfg(name, *extra, *[f"{key}=x" for key in missing])))
+
+
 def test_every_preset_passes_the_checks(compose_cfg):
     for preset in sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml")):
         check_train_config(OmegaConf.to_object(compose_cfg("train", f"experiment={preset}")))
@@ -130,16 +237,15 @@ def test_a_new_decoding_option_is_one_field_with_its_rule():
 
     @dataclass
     class WithTopK(DecodingConfig):
-        top_k: int = option(0, NON_NEGATIVE)
+        top_k: int = knob(0, NON_NEGATIVE)
 
     assert typing.get_type_hints(overrides_of(WithTopK, "O", ""))["top_k"] == int | None
-    rules = {f.name: f.metadata["rule"] for f in fields(WithTopK) if f.metadata["rule"]}
-    assert rules == {**DECODING_RULES, "top_k": NON_NEGATIVE}
+    assert knob_rules(WithTopK) == {**knob_rules(DecodingConfig), "top_k": NON_NEGATIVE}
 
 
-@pytest.mark.parametrize("name", sorted(DECODING_RULES))
+@pytest.mark.parametrize("name", sorted(knob_rules(DecodingConfig)))
 def test_every_decoding_rule_refuses_a_value_naming_the_key(name):
-    ok, what = DECODING_RULES[name]
+    ok, what = knob_rules(DecodingConfig)[name]
     bad = next(v for v in (-1, 0) if not ok(v))
     with pytest.raises(NMTError, match=rf"^decoding\.{name}={bad}: {re.escape(what)}$"):
         check_decoding(replace(DecodingConfig(), **{name: bad}))
@@ -190,14 +296,14 @@ def test_the_hosts_the_service_answers(compose_cfg):
     """serve.allowed_hosts as Starlette's TrustedHostMiddleware matches them (a port never matches), and
     its default: the bound address and the names of localhost."""
     cfg = OmegaConf.to_object(compose_cfg("serve", "checkpoint=x.pt", "serve.allowed_hosts=[mt.example.com]"))
-    check_values(cfg, SERVE_RULES)
+    check_values(cfg)
     for bad in ("mt.example.com:8000", "*example.com", "a.*.com", "", " x"):
         cfg.serve.allowed_hosts = ["localhost", bad]
         with pytest.raises(NMTError, match=r"^serve.allowed_hosts=.*: must be host names without ports"):
-            check_values(cfg, SERVE_RULES)
+            check_values(cfg)
     for good in (["*"], ["*.example.com", "[::1]", "10.0.0.5"]):
         cfg.serve.allowed_hosts = good
-        check_values(cfg, SERVE_RULES)
+        check_values(cfg)
     pytest.importorskip("fastapi")
     from nmt.serve import trusted_hosts
 

@@ -10,14 +10,14 @@ from dataclasses import dataclass, fields, replace
 import pytest
 
 from nmt.config import (
-    DECODING_RULES,
     NON_NEGATIVE,
     POSITIVE,
     DecodingConfig,
     DecodingOverrides,
     ServerLimits,
     check_decoding,
-    option,
+    knob,
+    knob_rules,
 )
 from nmt.errors import NMTError
 from nmt.serve.requests import SERVER_SIDE, BadRequest, parse_request, parse_score, request_model
@@ -104,9 +104,9 @@ def test_the_servers_own_settings_are_refused_per_request():
         assert refused({"text": ["a"], name: getattr(DecodingConfig(), name)}) == (422, error)
 
 
-@pytest.mark.parametrize("name", sorted(set(DECODING_RULES) - set(SERVER_SIDE)))
+@pytest.mark.parametrize("name", sorted(set(knob_rules(DecodingConfig)) - set(SERVER_SIDE)))
 def test_every_decoding_rule_holds_for_requests_as_for_the_scripts(name):
-    ok, what = DECODING_RULES[name]
+    ok, what = knob_rules(DecodingConfig)[name]
     bad = next(v for v in (-1, 0) if not ok(v))
     assert refused({"text": ["a"], name: bad}) == (422, {"error": f"{name}: {what}", "field": name})
     with pytest.raises(NMTError, match=f"^decoding.{name}={bad}: "):
@@ -137,8 +137,8 @@ def test_the_request_has_a_field_per_decoding_option_that_changes_the_output():
 def test_a_new_decoding_option_is_a_request_field_with_its_rule():
     @dataclass
     class WithMore(DecodingConfig):
-        top_k: int = option(0, NON_NEGATIVE)
-        threads: int = option(1, POSITIVE, speed_only=True)
+        top_k: int = knob(0, NON_NEGATIVE)
+        threads: int = knob(1, POSITIVE, speed_only=True)
 
     request = request_model(WithMore)
     assert "top_k" in request.model_fields and "threads" not in request.model_fields

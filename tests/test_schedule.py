@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from nmt.config import OptimConfig
+from nmt.config import OptimConfig, check_values
 from nmt.errors import NMTError
 from nmt.training.schedule import learning_rate
 
@@ -60,7 +60,8 @@ def test_linear_schedule_ramps_up_then_falls_to_zero_at_the_end_of_the_budget():
     assert learning_rate(1, no_warmup, spent=0.0) == pytest.approx(1e-3)
 
 
-def test_unknown_schedule_is_refused_from_the_first_step():
-    for step in (1, 5000):  # not only after warmup, hours into a run
-        with pytest.raises(NMTError, match="optim.schedule 'cosine'"):
-            learning_rate(step, OptimConfig(schedule="cosine", warmup_steps=4000))
+def test_unknown_schedule_is_refused_with_the_settings_not_at_a_step():
+    """Checked with every setting at start (a typo must not wait for the end of warmup)."""
+    refused = r"^optim\.schedule=cosine: must be one of inverse_sqrt, constant, linear"
+    with pytest.raises(NMTError, match=refused):
+        check_values(OptimConfig(schedule="cosine", warmup_steps=4000), "optim.")

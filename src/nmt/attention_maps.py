@@ -14,13 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from nmt.config import check_choice
 from nmt.decoding import pad_batch
 from nmt.errors import NMTError
 from nmt.models.base import Seq2Seq
 from nmt.special import BOS_ID
 from nmt.tokenizer import Tokenizer
 
-HEAD_MODES = ("mean", "all")
+HEAD_MODES = ("mean", "all")  # the heads= choices (nmt.config.PlotAttentionConfig)
 
 
 @dataclass
@@ -45,8 +46,7 @@ class CrossAttention:
     def panels(self, layer: int = -1, heads: str = "mean") -> AttentionPanels:
         """Decoder ``layer`` (negative counts from the last): one panel per head (``heads="all"``) or
         their mean (``"mean"``)."""
-        if heads not in HEAD_MODES:
-            raise NMTError(f"heads must be one of {HEAD_MODES}, got {heads!r}")
+        check_choice("heads", heads, HEAD_MODES)
         layers = self.weights.size(0)
         if not -layers <= layer < layers:
             raise NMTError(f"layer={layer} out of range: the model has {layers} decoder layer(s) (-1 = last)")

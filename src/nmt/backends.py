@@ -15,7 +15,7 @@ import torch
 
 from nmt.attention_maps import CrossAttention, cross_attention
 from nmt.checkpoint import weights_digest
-from nmt.config import DecodingConfig
+from nmt.config import DecodingConfig, check_choice
 from nmt.ct2.backend import CT2Backend
 from nmt.decoding import Hypothesis, score_ids, translate_ids
 from nmt.errors import NMTError
@@ -23,7 +23,7 @@ from nmt.models import Seq2Seq
 from nmt.shortlist import Shortlist, load_shortlist
 from nmt.tokenizer import Tokenizer
 
-BACKENDS = ("torch", "ct2")
+BACKENDS = ("torch", "ct2")  # the backend= choices (nmt.config.InferenceConfig; checked at start)
 
 
 class Backend(Protocol):
@@ -146,8 +146,7 @@ def load_backend(
     """The backend ``backend=name`` asks for: ``model`` (translating ``direction``) searched by us, or
     CTranslate2 over ``ct2_model`` (the directory scripts/export_ct2.py wrote from the same model: its
     weights are checked) with ``ct2_threads`` (inter, intra; 0 = auto)."""
-    if name not in BACKENDS:
-        raise NMTError(f"backend={name!r}: choose one of {', '.join(BACKENDS)}")
+    check_choice("backend", name, BACKENDS)  # a caller's string: scripts' settings are checked at start
     if name == "torch":
         return TorchBackend(model, tokenizer, device, max_positions, direction)
     if not ct2_model:

@@ -8,6 +8,7 @@ one line on stderr with exit status 1. A script looks like this::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import sys
@@ -23,7 +24,7 @@ from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from nmt.config import field_comments, register_configs
+from nmt.config import check_values, field_comments, register_configs
 from nmt.errors import NMTError, hide_credentials
 
 # The configs live beside src/ in the source tree (an editable install, as scripts/setup.sh makes, or
@@ -241,7 +242,8 @@ def script_help(config_name: str, overrides: list[str], doc: str | None) -> str:
 
 
 def run_cli(fn: Callable[..., T]) -> Callable[..., T]:
-    """Run ``fn(cfg, ...)``; on NMTError print ``error: <message>`` to stderr and exit with status 1."""
+    """Run ``fn(cfg, ...)`` once its settings are given and each follows its rule (nmt.config.knob); on
+    NMTError print ``error: <message>`` to stderr and exit with status 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
@@ -249,6 +251,9 @@ def run_cli(fn: Callable[..., T]) -> Callable[..., T]:
             for arg in args:
                 if isinstance(arg, DictConfig):
                     check_required(arg)
+                    settings = OmegaConf.to_object(arg)
+                    if dataclasses.is_dataclass(settings):
+                        check_values(settings)
             return fn(*args, **kwargs)
         except NMTError as e:
             print(f"error: {hide_credentials(str(e))}", file=sys.stderr)

@@ -9,6 +9,7 @@ schemas stored below (``defaults: [local_schema]``), so the subclass decides whi
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
 import io
@@ -34,6 +35,33 @@ NON_NEGATIVE: Rule = (lambda v: v >= 0, "must be >= 0")
 PROBABILITY: Rule = (lambda v: 0 <= v < 1, "must be in [0, 1)")
 SHARE: Rule = (lambda v: 0 < v <= 1, "must be in (0, 1]")
 
+
+def one_of(choices: tuple[str, ...]) -> str:
+    """What a setting with these choices must be, in the refusal's words."""
+    return f"must be one of {', '.join(choices)}"
+
+
+def knob(
+    default: Any = MISSING,
+    rule: Rule | None = None,
+    choices: tuple[str, ...] | None = None,
+    speed_only: bool = False,
+) -> Any:
+    """A setting that declares what it accepts: its default (a list is copied for each config), the rule
+    its values follow or the choices it takes (the names its implementation's registry is keyed by; a
+    list's items each), checked at start by check_values; and, for a decoding option, whether it changes
+    only the speed, never the translation (the service keeps such options to itself). Its description
+    is its comment."""
+    if choices is not None and isinstance(default, list):
+        rule = (lambda v: all(x in choices for x in v), f"must each be one of {', '.join(choices)}")
+    elif choices is not None:
+        rule = (lambda v: v in choices, one_of(choices))
+    metadata = {"rule": rule, "choices": choices, "speed_only": speed_only}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 # ---------------------------------------------------------------------------------------------- data
 
 
@@ -48,13 +76,14 @@ class CleanConfig:
 
 @dataclass
 class DataConfig:
-    source: str = MISSING  # "hf" | "local" | "toy"
+    source: str = knob(choices=("hf", "local", "multi30k", "toy"))  # "hf" | "local" | "multi30k" | "toy"
     name: str = MISSING  # prepared corpus goes to {cache_dir}/{name}/
     cache_dir: str = "data"
     src_lang: str = "en"
     tgt_lang: str = "de"
     clean: CleanConfig = field(default_factory=CleanConfig)
-    workers: int = 0  # processes that encode the training text when it is prepared; 0 = one per CPU core
+    # processes that encode the training text when it is prepared; 0 = one per CPU core
+    workers: int = knob(0, NON_NEGATIVE)
 
 
 @dataclass
@@ -70,8 +99,10 @@ class HFDataConfig(DataConfig):
     # The hub commit every request names: the one that converted wmt/wmt14 to parquet. A branch or tag
     # ("main") is resolved to its commit first, logged; the prepared corpus is keyed by the commit.
     revision: str = "b199e406369ec1b7634206d3ded5ba45de2fe696"
-    hub_timeout_s: float = 30.0  # seconds a hub request may wait for an answer before it fails
-    hub_retries: int = 3  # tries again after a failed or stalled hub request (after 1, 2, 4 s)
+    # seconds a hub request may wait for an answer before it fails
+    hub_timeout_s: float = knob(30.0, POSITIVE)
+    # tries again after a failed or stalled hub request (after 1, 2, 4 s)
+    hub_retries: int = knob(3, NON_NEGATIVE)
     data_files: str | None = None  # local parquet/json instead of the hub (tests, mirrors)
     train_size: int = 200_000  # pairs drawn from all of the training split; more than it has = all
     seed: int = 1  # of the training subset
@@ -91,7 +122,7 @@ class LocalDataConfig(DataConfig):
     origin: str = ""  # where the files come from: said in the error when data.dir lacks them
     # When data.dir lacks its files: this many training pairs drawn from WMT14 on the Hugging Face hub
     # instead (data=wmt14_de_en's source, with newstest2013/2014 as valid/test), logged; 0 = no fallback.
-    hub_fallback_pairs: int = 0
+    hub_fallback_pairs: int = knob(0, NON_NEGATIVE)
 
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw"
@@ -134,8 +165,8 @@ class ToyDataConfig(DataConfig):
 @dataclass
 class TokenizerConfig:
     joint: bool = True  # one SentencePiece model for both languages (enables tied embeddings)
-    model_type: str = "bpe"  # "bpe" | "unigram"
-    vocab_size: int = 8000
+    model_type: str = knob("bpe", choices=("bpe", "unigram"))  # "bpe" | "unigram"
+    vocab_size: int = knob(8000, POSITIVE)
     character_coverage: float = 1.0
     input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) for training
     seed: int = 42
@@ -143,8 +174,8 @@ class TokenizerConfig:
     # segmented `sampled_copies` times with SentencePiece's sampling, and epoch e trains on copy
     # e % sampled_copies. bpe: alpha is the probability of dropping a merge; unigram: the smoothing
     # exponent. 0 = off. Valid, test and inference always use the one best segmentation.
-    sampling_alpha: float = 0.0
-    sampled_copies: int = 8
+    sampling_alpha: float = knob(0.0, NON_NEGATIVE)
+    sampled_copies: int = knob(8, POSITIVE)
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -152,30 +183,37 @@ class TokenizerConfig:
 
 @dataclass
 class ModelConfig:
-    arch: str = MISSING
-    dropout: float = 0.1
-    max_positions: int = 1024  # longest source/target (subwords); longer input is truncated
+    arch: str = knob(choices=("transformer", "rnnsearch"))
+    dropout: float = knob(0.1, PROBABILITY)
+    # longest source/target (subwords); longer input is truncated
+    max_positions: int = knob(1024, (lambda v: v >= 2, "must be >= 2 (one token plus EOS)"))
+
+
+ATTENTION_KINDS = ("dot_product", "additive")  # model.self_attention and model.cross_attention
 
 
 @dataclass
 class TransformerConfig(ModelConfig):
     arch: str = "transformer"
-    d_model: int = 512
-    ff_dim: int = 2048
-    heads: int = 8
-    kv_heads: int = 0  # key/value heads (grouped-query attention; 1 = multi-query); 0 = as many as heads
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
+    d_model: int = knob(512, POSITIVE)
+    ff_dim: int = knob(2048, POSITIVE)
+    heads: int = knob(8, POSITIVE)
+    # key/value heads (grouped-query attention; 1 = multi-query); 0 = as many as heads
+    kv_heads: int = knob(0, NON_NEGATIVE)
+    encoder_layers: int = knob(6, POSITIVE)
+    decoder_layers: int = knob(6, POSITIVE)
+    attention_dropout: float = knob(0.0, PROBABILITY)
+    activation_dropout: float = knob(0.0, PROBABILITY)
     norm_first: bool = True  # pre-norm; False = post-norm as in the paper
-    positional: str = "sinusoidal"  # "sinusoidal" | "learned" | "rope" (rotary, in self-attention)
+    # "sinusoidal" | "learned" | "rope" (rotary, in self-attention)
+    positional: str = knob("sinusoidal", choices=("sinusoidal", "learned", "rope"))
     rope_base: float = 10000.0  # RoPE wavelengths: base^(2i/head_dim) * 2pi
     share_embeddings: bool = True  # tie source/target/output embeddings (needs a joint vocabulary)
-    self_attention: str = "dot_product"  # "dot_product" | "additive"
-    cross_attention: str = "dot_product"  # "dot_product" | "additive"
-    additive_dim: int = 0  # hidden size of additive scores per head; 0 = head dimension
-    additive_chunk: int = 64  # target positions scored at once by additive attention
+    self_attention: str = knob("dot_product", choices=ATTENTION_KINDS)  # "dot_product" | "additive"
+    cross_attention: str = knob("dot_product", choices=ATTENTION_KINDS)  # "dot_product" | "additive"
+    # hidden size of additive scores per head; 0 = head dimension
+    additive_dim: int = knob(0, NON_NEGATIVE)
+    additive_chunk: int = knob(64, POSITIVE)  # target positions scored at once by additive attention
 
 
 @dataclass
@@ -183,11 +221,11 @@ class RNNSearchConfig(ModelConfig):
     """Bahdanau, Cho and Bengio (2014): BiGRU encoder, GRU decoder with additive attention."""
 
     arch: str = "rnnsearch"
-    embed_dim: int = 620  # word embeddings (the paper's sizes are the defaults)
-    hidden_size: int = 1000  # GRU states, per direction in the encoder
-    attention_dim: int = 1000  # hidden size of the additive attention's scores
+    embed_dim: int = knob(620, POSITIVE)  # word embeddings (the paper's sizes are the defaults)
+    hidden_size: int = knob(1000, POSITIVE)  # GRU states, per direction in the encoder
+    attention_dim: int = knob(1000, POSITIVE)  # hidden size of the additive attention's scores
     maxout: bool = True  # deep output with a maxout layer (paper); False = linear readout
-    readout_dim: int = 500
+    readout_dim: int = knob(500, POSITIVE)
     share_embeddings: bool = False
 
 
@@ -196,18 +234,26 @@ class RNNSearchConfig(ModelConfig):
 
 @dataclass
 class OptimConfig:
-    name: str = "adam"  # "adam" | "adamw"
-    lr: float = 7e-4  # peak learning rate, reached after warmup
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1e-9
-    weight_decay: float = 0.0
-    warmup_steps: int = 4000
-    schedule: str = "inverse_sqrt"  # "inverse_sqrt" | "constant" | "linear" (to zero at the budget's end)
-    clip_norm: float = 1.0  # 0 = no clipping
-    label_smoothing: float = 0.1
+    name: str = knob("adam", choices=("adam", "adamw"))  # "adam" | "adamw"
+    lr: float = knob(7e-4, POSITIVE)  # peak learning rate, reached after warmup
+    betas: list[float] = knob(
+        [0.9, 0.98],
+        (
+            lambda v: len(v) == 2 and all(0 <= b < 1 for b in v),
+            "must be two numbers in [0, 1), e.g. [0.9, 0.98]",
+        ),
+    )
+    eps: float = knob(1e-9, NON_NEGATIVE)
+    weight_decay: float = knob(0.0, NON_NEGATIVE)
+    warmup_steps: int = knob(4000, NON_NEGATIVE)
+    # "inverse_sqrt" | "constant" | "linear" (to zero at the budget's end)
+    schedule: str = knob("inverse_sqrt", choices=("inverse_sqrt", "constant", "linear"))
+    clip_norm: float = knob(1.0, NON_NEGATIVE)  # 0 = no clipping
+    label_smoothing: float = knob(0.1, PROBABILITY)
     # word dropout (Sennrich & Zhang 2019): training inputs replaced by <unk> with this probability
-    src_word_dropout: float = 0.0  # source tokens
-    tgt_word_dropout: float = 0.0  # decoder input tokens (the targets predicted stay intact)
+    src_word_dropout: float = knob(0.0, PROBABILITY)  # source tokens
+    # decoder input tokens (the targets predicted stay intact)
+    tgt_word_dropout: float = knob(0.0, PROBABILITY)
 
 
 # ------------------------------------------------------------------------------------------- trainer
@@ -217,11 +263,11 @@ class OptimConfig:
 class DefaultBudgetConfig:
     """The budget of a run that sets none of max_steps, max_epochs, max_minutes: every run ends."""
 
-    cpu_minutes: float = 60.0  # wall-clock minutes of training on a CPU
-    gpu_steps: int = 50_000  # updates on a GPU
+    cpu_minutes: float = knob(60.0, POSITIVE)  # wall-clock minutes of training on a CPU
+    gpu_steps: int = knob(50_000, POSITIVE)  # updates on a GPU
 
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: nmt.devices.resolve_precision; the others: DTYPES
 # Validation metrics that trainer.best_metric may name, and whether higher is better.
 HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False, "ppl": False}
 
@@ -231,30 +277,34 @@ class TrainerConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
     # "auto" | "fp32" | "bf16" | "fp16"; auto = bf16 (fp16 if unsupported) on GPU; on a CPU bf16 with AMX,
     # fp32 without native bf16, and with avx512_bf16 alone whichever a timed probe finds faster
-    precision: str = "auto"
+    precision: str = knob("auto", choices=PRECISIONS)
     # auto on an avx512_bf16-only CPU: bf16 only if the probe finds it this many times as fast as fp32
     # (bf16 rounds more: it must clearly pay, and noise must not flip the choice)
-    cpu_bf16_min_speedup: float = 1.1
+    cpu_bf16_min_speedup: float = knob(1.1, POSITIVE)
     compile: bool = False
-    max_tokens: int = 4096  # padded source+target tokens per batch (per rank)
-    accumulate: int = 1
-    max_steps: int = 0  # optimizer updates; 0 = no limit
-    max_epochs: int = 0  # 0 = no limit
-    max_minutes: float = 0.0  # wall-clock budget for training; 0 = no limit
+    max_tokens: int = knob(4096, POSITIVE)  # padded source+target tokens per batch (per rank)
+    accumulate: int = knob(1, POSITIVE)
+    max_steps: int = knob(0, NON_NEGATIVE)  # optimizer updates; 0 = no limit
+    max_epochs: int = knob(0, NON_NEGATIVE)  # 0 = no limit
+    max_minutes: float = knob(0.0, NON_NEGATIVE)  # wall-clock budget for training; 0 = no limit
     default_budget: DefaultBudgetConfig = field(default_factory=DefaultBudgetConfig)
-    log_every: int = 50
-    valid_every: int = 1000
-    valid_bleu_sentences: int = 500  # validation sentences decoded for BLEU; 0 = all
-    valid_beam_size: int = 1
-    best_metric: str = "bleu"  # "bleu" | "chrf" (higher is better) | "loss" | "ppl" (lower is better)
-    patience: int = 0  # validations without improvement before stopping; 0 = never stop early
-    keep_checkpoints: int = 5  # step_N.pt kept for averaging (written at validations and window marks)
-    average_window: float = 0.2  # share of the budget at whose end keep_checkpoints step_N.pt are spread
+    log_every: int = knob(50, POSITIVE)
+    valid_every: int = knob(1000, POSITIVE)
+    valid_bleu_sentences: int = knob(500, NON_NEGATIVE)  # validation sentences decoded for BLEU; 0 = all
+    valid_beam_size: int = knob(1, POSITIVE)
+    # "bleu" | "chrf" (higher is better) | "loss" | "ppl" (lower is better)
+    best_metric: str = knob("bleu", choices=tuple(HIGHER_IS_BETTER))
+    # validations without improvement before stopping; 0 = never stop early
+    patience: int = knob(0, NON_NEGATIVE)
+    # step_N.pt kept for averaging (written at validations and window marks)
+    keep_checkpoints: int = knob(5, NON_NEGATIVE)
+    # share of the budget at whose end keep_checkpoints step_N.pt are spread
+    average_window: float = knob(0.2, SHARE)
     # "auto": continue the run dir's last.pt if it has one (a re-run or a requeued job goes on), else start;
     # a checkpoint path; null: start anew. None of them writes over another run's checkpoints in the run dir.
     resume: str | None = "auto"
-    max_bad_steps: int = 20  # consecutive non-finite losses before giving up
-    num_text_examples: int = 3  # validation triples written to TensorBoard
+    max_bad_steps: int = knob(20, NON_NEGATIVE)  # consecutive non-finite losses before giving up
+    num_text_examples: int = knob(3, NON_NEGATIVE)  # validation triples written to TensorBoard
     attention_image: bool = True  # cross-attention heatmap of a validation sentence in TensorBoard
     progress: bool = True
 
@@ -262,31 +312,25 @@ class TrainerConfig:
 # ------------------------------------------------------------------------------------------ decoding
 
 
-def option(default: Any, rule: Rule | None = None, speed_only: bool = False) -> Any:
-    """A decoding option: its default, the rule its values follow, and whether it changes only the
-    speed, never the translation (the service keeps such options to itself)."""
-    return field(default=default, metadata={"rule": rule, "speed_only": speed_only})
-
-
 @dataclass
 class DecodingConfig:
-    """The one list of decoding options. ``DecodingOverrides`` (every script's ``decoding.*``),
-    ``DECODING_RULES`` and the service's request (nmt.serve.requests) are made from it, so an option
-    added here, with its rule, is offered and checked everywhere alike."""
+    """The one list of decoding options. ``DecodingOverrides`` (every script's ``decoding.*``) and the
+    service's request (nmt.serve.requests) are made from it, so an option added here, with its rule, is
+    offered and checked everywhere alike."""
 
-    beam_size: int = option(5, POSITIVE)  # 1 = greedy search
-    alpha: float = option(0.6, NON_NEGATIVE)  # GNMT length penalty ((5+|y|)/6)^alpha; 0 = none
-    max_len_a: float = option(1.2, NON_NEGATIVE)  # maximum output length a * src_len + b
-    max_len_b: int = option(10, NON_NEGATIVE)  # the b of max_len_a * src_len + b
-    nbest: int = option(1, POSITIVE)  # hypotheses returned per sentence (<= beam_size)
-    no_unk: bool = option(False)  # never output <unk>
-    max_tokens: int = option(8000, POSITIVE, speed_only=True)  # source tokens per batch (times beam size)
-    cache: bool = option(True, speed_only=True)  # incremental decoding with a key/value cache
-    no_repeat_ngram: int = option(0, NON_NEGATIVE)  # no n-gram twice in a hypothesis (fairseq, HF); 0 = off
-    word_reward: float = option(0.0)  # added to a hypothesis' score per token (EOS included); < 0 = penalty
+    beam_size: int = knob(5, POSITIVE)  # 1 = greedy search
+    alpha: float = knob(0.6, NON_NEGATIVE)  # GNMT length penalty ((5+|y|)/6)^alpha; 0 = none
+    max_len_a: float = knob(1.2, NON_NEGATIVE)  # maximum output length a * src_len + b
+    max_len_b: int = knob(10, NON_NEGATIVE)  # the b of max_len_a * src_len + b
+    nbest: int = knob(1, POSITIVE)  # hypotheses returned per sentence (<= beam_size)
+    no_unk: bool = knob(False)  # never output <unk>
+    max_tokens: int = knob(8000, POSITIVE, speed_only=True)  # source tokens per batch (times beam size)
+    cache: bool = knob(True, speed_only=True)  # incremental decoding with a key/value cache
+    no_repeat_ngram: int = knob(0, NON_NEGATIVE)  # no n-gram twice in a hypothesis (fairseq, HF); 0 = off
+    word_reward: float = knob(0.0)  # added to a hypothesis' score per token (EOS included); < 0 = penalty
     # a shortlist file (scripts/build_shortlist.py): score only each sentence's candidate target subwords;
     # null = the whole vocabulary. A file where the model runs: the service's to set, never a request's
-    shortlist: str | None = option(
+    shortlist: str | None = knob(
         None,
         (lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "must be a file or null"),
         speed_only=True,
@@ -294,19 +338,17 @@ class DecodingConfig:
     # sentences whose shortlist candidates are scored together, with one matrix product over their
     # union: fewer makes narrower products (a batch's union is several times a sentence's), more
     # fewer of them
-    shortlist_group: int = option(4, POSITIVE, speed_only=True)
-
-
-DECODING_RULES: dict[str, Rule] = {
-    f.name: f.metadata["rule"] for f in dataclasses.fields(DecodingConfig) if f.metadata["rule"]
-}
+    shortlist_group: int = knob(4, POSITIVE, speed_only=True)
 
 
 def overrides_of(config: type, name: str, doc: str) -> type:
-    """A dataclass with ``config``'s fields, each optional with default None (a real dataclass type:
-    Hydra's ConfigStore types the ``decoding.*`` of the scripts with it)."""
+    """A dataclass with ``config``'s fields, each optional with default None and the same rule (a real
+    dataclass type: Hydra's ConfigStore types the ``decoding.*`` of the scripts with it)."""
     hints = typing.get_type_hints(config)
-    fields = [(f.name, hints[f.name] | None, None) for f in dataclasses.fields(config)]
+    fields = [
+        (f.name, hints[f.name] | None, field(default=None, metadata=f.metadata))
+        for f in dataclasses.fields(config)
+    ]
     overrides = dataclasses.make_dataclass(name, fields)
     overrides.__module__, overrides.__doc__ = __name__, doc
     overrides.__overrides_of__ = config  # where field_comments finds the fields' comments
@@ -364,7 +406,8 @@ def merge_decoding(base: DecodingConfig, overrides: DecodingOverrides) -> Decodi
 class FinalConfig:
     """How the main job picks the run's final model (scripts/select_final.py reads it from the checkpoint)."""
 
-    alphas: list[float] = field(default_factory=list)  # length penalties tried on valid; [] = decoding.alpha
+    # length penalties tried on valid; [] = decoding.alpha
+    alphas: list[float] = knob([], (lambda v: all(a >= 0 for a in v), "must all be >= 0"))
 
 
 # --------------------------------------------------------------------------------------- the scripts
@@ -381,6 +424,11 @@ class TrainConfig:
     final: FinalConfig = field(default_factory=FinalConfig)
     seed: int = 1
 
+# How scripts/export_ct2.py stores the weights (quantization=, bench.ct2_quantizations): nmt.ct2.export
+CT2_QUANTIZATIONS = (
+    "none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16"
+)
+
 
 @dataclass
 class BenchConfig:
@@ -391,7 +439,7 @@ class BenchConfig:
     decode: bool = True  # greedy and beam search, cached and uncached
     warmup_steps: int = 5  # training steps run before measuring (allocator, autotuning, compile)
     steps: int = 20  # measured training steps per model; medians are reported
-    precisions: list[str] = field(default_factory=list)  # also time these, e.g. [fp32,bf16], same batches
+    precisions: list[str] = knob([], choices=PRECISIONS)  # also time these, e.g. [fp32,bf16], same batches
     decode_sentences: int = 1000  # test sentences decoded per setting; 0 = the whole test split
     beam_size: int = 5  # the beam of the beam-search measurements (greedy is always measured too)
     checkpoint: str | None = None  # trained model for decoding; None = the randomly initialised one
@@ -400,7 +448,7 @@ class BenchConfig:
     matmul_size: int = 2048  # n of the n x n x n matmul that measures the device's ceiling
     output: str = "bench.json"  # written into the run dir
     ct2: bool = False  # also decode with CTranslate2 (the same model exported) and report the speed ratio
-    ct2_quantizations: list[str] = field(default_factory=lambda: ["none"])  # one export each: [none,int8]
+    ct2_quantizations: list[str] = knob(["none"], choices=CT2_QUANTIZATIONS)  # one export each: [none,int8]
 
 
 @dataclass
@@ -414,7 +462,7 @@ class TextPairConfig:
 @dataclass
 class EvalFilesConfig(TextPairConfig):
     out: str | None = None  # hypotheses file; default: next to the report
-    metrics: list[str] = field(default_factory=lambda: ["bleu", "chrf"])  # add "ter" for TER
+    metrics: list[str] = knob(["bleu", "chrf"], choices=("bleu", "chrf", "ter"))  # add "ter" for TER
     tb_dir: str | None = None  # a run dir whose TensorBoard gets the scores
     by_length: bool = False  # also score buckets of source length (subwords): 1-10, 11-20, 21-30, 31-50, 51+
 
@@ -435,7 +483,8 @@ class InferenceConfig:
     checkpoint: Any = MISSING  # a path, or a list of paths [a.pt,b.pt]: an ensemble (checkpoint_paths)
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
-    backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
+    # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
+    backend: str = knob("torch", choices=("torch", "ct2"))
     ct2_model: str | None = None  # directory written by scripts/export_ct2.py from this checkpoint
     # backend=ct2: translations decoded at a time x threads each; 0 = auto (one one-thread translation
     # per core torch may use, measured fastest: docs/ctranslate2.md)
@@ -485,7 +534,8 @@ class TranslateConfig(DecodeConfig):
 class ScoreConfig(SplitConfig):
     """scripts/score.py: the model's log-probability of given translations of given sources."""
 
-    format: str = "tsv"  # "tsv": log_prob, score, tokens (a line per pair) | "json": an object per line
+    # "tsv": log_prob, score, tokens (a line per pair) | "json": an object per line
+    format: str = knob("tsv", choices=("tsv", "json"))
     per_token: bool = False  # also each subword's log-probability (EOS last)
     alignments: bool = False  # also each pair's word alignment (Pharaoh i-j)
     output: str | None = None  # file; default stdout
@@ -496,30 +546,39 @@ class ServerLimits:
     """What one request may ask and cost, how requests are batched and who decodes them (``serve.*`` of
     scripts/serve.py). Each limit is checked before the work or the memory it bounds."""
 
-    max_body_kb: int = 256  # request body in KiB: 413 from its Content-Length or once read past it
-    max_sentences: int = 64  # sentences in one request
-    max_chars: int = 20_000  # characters in one request, over its sentences
-    max_beam_size: int = 16  # the largest beam_size a request may ask for
+    # request body in KiB: 413 from its Content-Length or once read past it
+    max_body_kb: int = knob(256, POSITIVE)
+    max_sentences: int = knob(64, POSITIVE)  # sentences in one request
+    max_chars: int = knob(20_000, POSITIVE)  # characters in one request, over its sentences
+    max_beam_size: int = knob(16, POSITIVE)  # the largest beam_size a request may ask for
     # target subwords one sentence may get: a request whose max_len_a/max_len_b allow more gets 422
-    max_output_tokens: int = 256
-    max_response_mb: float = 4.0  # the answer's size; attention that could exceed it is refused (422)
+    max_output_tokens: int = knob(256, POSITIVE)
+    # the answer's size; attention that could exceed it is refused (422)
+    max_response_mb: float = knob(4.0, POSITIVE)
     # /score's log-probabilities at once (tokens x target vocabulary x 8 bytes): its batches are cut to fit
-    max_score_mb: float = 256.0
+    max_score_mb: float = knob(256.0, POSITIVE)
     # /translate's search state at once (a Transformer's key/value caches: beam_size hypotheses over the
     # longest output allowed, per sentence): batches are cut to fit; a sentence over it alone gets 422
-    max_search_mb: float = 512.0
+    max_search_mb: float = knob(512.0, POSITIVE)
     # per request, its body (408 when not all sent by then) and waiting included: 504; a decode past it stops
-    timeout_s: float = 30.0
-    max_tokens: int = 4096  # source subwords decoded together, over the requests batched
-    queue_size: int = 64  # requests waiting to be decoded; beyond that: 503 with Retry-After
-    retry_after_s: int = 1
-    workers: int = 0  # decoding processes; 0 = one per CPU core the server may use (1 on a GPU)
-    threads: int = 1  # intra-op threads of each worker process
+    timeout_s: float = knob(30.0, POSITIVE)
+    max_tokens: int = knob(4096, POSITIVE)  # source subwords decoded together, over the requests batched
+    queue_size: int = knob(64, POSITIVE)  # requests waiting to be decoded; beyond that: 503 with Retry-After
+    retry_after_s: int = knob(1, POSITIVE)
+    # decoding processes; 0 = one per CPU core the server may use (1 on a GPU)
+    workers: int = knob(0, NON_NEGATIVE)
+    threads: int = knob(1, POSITIVE)  # intra-op threads of each worker process
     # open connections (a new one included) and requests at once (uvicorn's limit_concurrency): beyond, 503
-    max_connections: int = 128
+    max_connections: int = knob(128, POSITIVE)
     # Host headers answered (others: 400), against DNS rebinding: names ("example.com"), "*.example.com",
     # or "*" (any: behind a proxy that checks Host); [] = the bound host= and localhost names
-    allowed_hosts: list[str] = field(default_factory=list)
+    allowed_hosts: list[str] = knob(
+        [],
+        (
+            lambda hosts: all(valid_host_pattern(h) for h in hosts),
+            "must be host names without ports: 'example.com', '*.example.com' or '*' (any)",
+        ),
+    )
 
 
 @dataclass
@@ -527,7 +586,7 @@ class ServeConfig(InferenceConfig):
     """scripts/serve.py: the HTTP translation service and its page."""
 
     host: str = "127.0.0.1"  # loopback only by default; 0.0.0.0 to serve other machines
-    port: int = 8000
+    port: int = knob(8000, (lambda v: 0 <= v < 65536, "must be a TCP port (0 = any free one)"))
     serve: ServerLimits = field(default_factory=ServerLimits)
 
 
@@ -566,7 +625,7 @@ class PrepareSpeedConfig:
     tgt_lang: str = "de"
     sizes: list[int] = field(default_factory=lambda: [100_000, 400_000, 1_600_000, 4_500_000])  # pairs
     seed: int = 1  # of the draw
-    workers: int = 0  # data.workers of the preparation; 0 = one per CPU core
+    workers: int = knob(0, NON_NEGATIVE)  # data.workers of the preparation; 0 = one per CPU core
     tokenizer: TokenizerConfig = field(
         default_factory=lambda: TokenizerConfig(vocab_size=32_000, input_sentence_size=2_000_000)
     )
@@ -601,7 +660,7 @@ class ExportCT2Config:
     output: str = MISSING  # the model directory to write
     # how the weights are stored: none (fp32) | int8 | int8_float32 | int8_float16 | int8_bfloat16 | int16
     # | float16 | bfloat16; CTranslate2 computes in a type the device supports
-    quantization: str = "none"
+    quantization: str = knob("none", choices=CT2_QUANTIZATIONS)
     force: bool = False  # replace an earlier export at output (never another directory: nmt.outputs)
     # a shortlist file (scripts/build_shortlist.py) written as CTranslate2's vocabulary map, used by
     # backend=ct2 with decoding.shortlist set to the same file
@@ -636,7 +695,7 @@ class PlotAttentionConfig:
     # default: eval/<checkpoint>.attention-<hash of text and settings>.png in the checkpoint's run
     output: str | None = None
     layer: int = -1  # decoder layer (Transformer); -1 = last
-    heads: str = "mean"  # "mean" (one panel) or "all" (one panel per head)
+    heads: str = knob("mean", choices=("mean", "all"))  # "mean" (one panel) or "all" (one panel per head)
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
     device: str = "auto"  # the PyTorch model's attention is plotted: no backend choice
 
@@ -669,7 +728,7 @@ class DistillCorpusConfig:
 
     keep_original: bool = False  # the original training pairs too, beside the distilled ones
     # sources translated and written at once; an interrupted run resumes at the first chunk not written
-    chunk_sentences: int = 1000
+    chunk_sentences: int = knob(1000, POSITIVE)
 
 
 @dataclass
@@ -680,7 +739,8 @@ class DistillConfig:
     data: DataConfig | None = None  # whose training sources are translated; None = the teacher's data
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)  # None: the teacher's (tuned)
     device: str = "auto"
-    backend: str = "torch"  # "torch" | "ct2" (CTranslate2, the teacher exported to ct2_model)
+    # "torch" | "ct2" (CTranslate2, the teacher exported to ct2_model)
+    backend: str = knob("torch", choices=("torch", "ct2"))
     ct2_model: str | None = None
     distill: DistillCorpusConfig = field(default_factory=DistillCorpusConfig)
 
@@ -791,93 +851,58 @@ def with_absolute_folders(data: DataConfig) -> DataConfig:
 
 
 # --------------------------------------------------------------------------------- value checks
-TRAIN_RULES: dict[str, Rule] = {
-    "trainer.precision": (lambda v: v in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}"),
-    "trainer.best_metric": (lambda v: v in HIGHER_IS_BETTER, f"must be one of {', '.join(HIGHER_IS_BETTER)}"),
-    **{f"trainer.{key}": POSITIVE for key in ("max_tokens", "accumulate", "log_every", "valid_every")},
-    "trainer.valid_beam_size": POSITIVE,
-    "trainer.cpu_bf16_min_speedup": POSITIVE,
-    **{f"trainer.default_budget.{key}": POSITIVE for key in ("cpu_minutes", "gpu_steps")},
-    **{
-        f"trainer.{key}": NON_NEGATIVE
-        for key in ("max_steps", "max_epochs", "max_minutes", "patience", "keep_checkpoints")
-    },
-    **{
-        f"trainer.{key}": NON_NEGATIVE
-        for key in ("valid_bleu_sentences", "max_bad_steps", "num_text_examples")
-    },
-    "trainer.average_window": SHARE,
-    "optim.lr": POSITIVE,
-    **{f"optim.{key}": NON_NEGATIVE for key in ("warmup_steps", "clip_norm", "weight_decay", "eps")},
-    "optim.betas": (
-        lambda v: len(v) == 2 and all(0 <= b < 1 for b in v),
-        "must be two numbers in [0, 1), e.g. [0.9, 0.98]",
-    ),
-    **{f"optim.{key}": PROBABILITY for key in ("label_smoothing", "src_word_dropout", "tgt_word_dropout")},
-    "data.hub_fallback_pairs": NON_NEGATIVE,
-    "data.hub_timeout_s": POSITIVE,
-    "data.hub_retries": NON_NEGATIVE,
-    "data.workers": NON_NEGATIVE,
-    "tokenizer.vocab_size": POSITIVE,
-    "tokenizer.sampling_alpha": NON_NEGATIVE,
-    "tokenizer.sampled_copies": POSITIVE,
-    "model.max_positions": (lambda v: v >= 2, "must be >= 2 (one token plus EOS)"),
-    **{  # Transformer
-        f"model.{key}": POSITIVE
-        for key in ("d_model", "ff_dim", "heads", "encoder_layers", "decoder_layers", "additive_chunk")
-    },
-    **{f"model.{key}": POSITIVE for key in ("embed_dim", "hidden_size", "attention_dim", "readout_dim")},
-    **{f"model.{key}": NON_NEGATIVE for key in ("kv_heads", "additive_dim")},
-    **{f"model.{key}": PROBABILITY for key in ("dropout", "attention_dropout", "activation_dropout")},
-    **{f"decoding.{key}": rule for key, rule in DECODING_RULES.items()},
-    "final.alphas": (lambda v: all(a >= 0 for a in v), "must all be >= 0"),
-}
+@functools.cache
+def knobs_of(config: type) -> dict[str, dict[str, Any]]:
+    """Each field of the dataclass ``config`` that has a rule, with its knob's metadata; a subclass that
+    only changes a default (``arch: str = "transformer"``) keeps the rule its base declares."""
+    found: dict[str, dict[str, Any]] = {}
+    for cls in reversed(config.__mro__):
+        if dataclasses.is_dataclass(cls):
+            found |= {f.name: dict(f.metadata) for f in dataclasses.fields(cls) if f.metadata.get("rule")}
+    return found
 
 
-def check_values(cfg: object, rules: dict[str, Rule], prefix: str = "") -> None:
-    """Raise NMTError naming the first key whose value breaks its rule (keys a config lacks are skipped)."""
-    for key, (ok, what) in rules.items():
-        try:
-            value = functools.reduce(getattr, key.split("."), cfg)
-        except AttributeError:  # e.g. attention_dropout on RNNsearch
-            continue
-        if not ok(value):
-            raise NMTError(f"{prefix}{key}={value}: {what}")
+def knob_rules(config: type) -> dict[str, Rule]:
+    """The rule of each setting of ``config`` that has one."""
+    return {name: meta["rule"] for name, meta in knobs_of(config).items()}
+
+
+def check_values(cfg: object, prefix: str = "") -> None:
+    """Raise NMTError naming the first setting of ``cfg`` (nested sections included) whose value breaks its
+    knob's rule, as ``KEY=VALUE: must be ...`` with the closest choice; None (not set) is never checked.
+    Then the settings of a section that must fit together (``FITS``)."""
+    knobs = knobs_of(type(cfg))
+    for name, value in vars(cfg).items():
+        if dataclasses.is_dataclass(value):
+            check_values(value, f"{prefix}{name}.")
+        elif value is not None and name in knobs:
+            (ok, what), choices = knobs[name]["rule"], knobs[name]["choices"]
+            if not ok(value):
+                raise NMTError(f"{prefix}{name}={value}: {what}{closest_choice(value, choices)}")
+    for section, fits in FITS:
+        if isinstance(cfg, section):
+            fits(cfg, prefix)
+
+
+def check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    """A choice given to a function rather than in a config, refused as check_values refuses a setting."""
+    if value not in choices:
+        raise NMTError(f"{key}={value}: {one_of(choices)}{closest_choice(value, choices)}")
+
+
+def closest_choice(value: Any, choices: tuple[str, ...] | None) -> str:
+    """``; did you mean X?`` for the choice closest to a refused value (a list's first refused item),
+    case aside, else nothing."""
+    if isinstance(value, list):
+        value = next((x for x in value if x not in (choices or ())), "")
+    lowered = {c.lower(): c for c in choices or ()}
+    close = difflib.get_close_matches(str(value).lower(), list(lowered), n=1, cutoff=0.6)
+    return f"; did you mean {lowered[close[0]]}?" if close else ""
 
 
 def check_decoding(cfg: DecodingConfig, prefix: str = "decoding.") -> None:
-    check_values(cfg, DECODING_RULES, prefix)
-    if cfg.nbest > cfg.beam_size:
-        raise NMTError(f"{prefix}nbest={cfg.nbest} exceeds {prefix}beam_size={cfg.beam_size}")
-
-
-SERVE_RULES: dict[str, Rule] = {
-    "port": (lambda v: 0 <= v < 65536, "must be a TCP port (0 = any free one)"),
-    **{
-        f"serve.{key}": POSITIVE
-        for key in (
-            "max_body_kb",
-            "max_sentences",
-            "max_chars",
-            "max_beam_size",
-            "max_output_tokens",
-            "max_response_mb",
-            "max_score_mb",
-            "max_search_mb",
-            "timeout_s",
-            "max_tokens",
-            "queue_size",
-            "retry_after_s",
-            "threads",
-            "max_connections",
-        )
-    },
-    "serve.workers": NON_NEGATIVE,
-    "serve.allowed_hosts": (
-        lambda hosts: all(valid_host_pattern(h) for h in hosts),
-        "must be host names without ports: 'example.com', '*.example.com' or '*' (any)",
-    ),
-}
+    """The decoding options' values, and nbest within the beam."""
+    check_values(cfg, prefix)
 
 
 def valid_host_pattern(pattern: Any) -> bool:
@@ -890,22 +915,26 @@ def valid_host_pattern(pattern: Any) -> bool:
     return pattern == "*" or not pattern.startswith("*") or pattern.startswith("*.")
 
 
-POSITIONALS = ("sinusoidal", "learned", "rope")
-ATTENTION_KINDS = ("dot_product", "additive")
-
-
 def check_model(cfg: ModelConfig) -> None:
-    """The Transformer's shape constraints (values that are fine one by one but not together)."""
+    """The model's settings, and the Transformer's that must fit together (when it is built from a
+    checkpoint's config, too)."""
+    check_values(cfg, "model.")
+
+
+def _model_fits(cfg: ModelConfig, prefix: str) -> None:
+    """The schema (model=...) decides the architecture; the Transformer's shape constraints (values that
+    are fine one by one but not together)."""
+    schema = MODEL_SCHEMAS[cfg.arch]
+    if type(cfg) in MODEL_SCHEMAS.values() and not isinstance(cfg, schema):
+        raise NMTError(
+            f"{prefix}arch={cfg.arch}: must be {type(cfg).arch} here (model=... chooses the architecture, "
+            "with its settings)"
+        )
     if not isinstance(cfg, TransformerConfig):
         return
-    if cfg.positional not in POSITIONALS:
-        raise NMTError(f"model.positional={cfg.positional}: must be one of {', '.join(POSITIONALS)}")
-    for key in ("self_attention", "cross_attention"):
-        if getattr(cfg, key) not in ATTENTION_KINDS:
-            raise NMTError(f"model.{key}={getattr(cfg, key)}: must be one of {', '.join(ATTENTION_KINDS)}")
     if cfg.d_model % cfg.heads:
         raise NMTError(f"model.d_model={cfg.d_model} is not divisible by model.heads={cfg.heads}")
-    if cfg.kv_heads < 0 or cfg.heads % (cfg.kv_heads or cfg.heads):
+    if cfg.heads % (cfg.kv_heads or cfg.heads):
         raise NMTError(
             f"model.heads={cfg.heads} must be a multiple of model.kv_heads={cfg.kv_heads} "
             "(key/value heads; 0 = as many as model.heads)"
@@ -923,8 +952,18 @@ def check_model(cfg: ModelConfig) -> None:
             )
 
 
+def _decoding_fits(cfg: DecodingConfig, prefix: str) -> None:
+    if cfg.nbest > cfg.beam_size:
+        raise NMTError(f"{prefix}nbest={cfg.nbest} exceeds {prefix}beam_size={cfg.beam_size}")
+
+
+# Checks of settings that must fit together, run on each section of these types after its values'.
+FITS: tuple[tuple[type, Callable[[Any, str], None]], ...] = (
+    (ModelConfig, _model_fits),
+    (DecodingConfig, _decoding_fits),
+)
+
+
 def check_train_config(cfg: TrainConfig) -> None:
     """Refuse, at start, settings that would fail or misbehave hours into training."""
-    check_values(cfg, TRAIN_RULES)
-    check_model(cfg.model)
-    check_decoding(cfg.decoding)
+    check_values(cfg)

@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 from nmt.cache import atomic_write_text
-from nmt.config import PRECISIONS
 from nmt.errors import NMTError
 
 log = logging.getLogger(__name__)
@@ -97,8 +96,6 @@ def resolve_precision(
     bf16; with AVX-512 BF16 alone, bf16 if ``bf16_speedup()`` (bf16 speed / fp32 speed, and where that
     figure comes from) is at least ``min_speedup``, else fp32 (also without ``bf16_speedup``).
     """
-    if name not in PRECISIONS:
-        raise NMTError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
     if name == "fp16" and device.type != "cuda":
         raise NMTError("trainer.precision=fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
     if name != "auto":

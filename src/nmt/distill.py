@@ -31,14 +31,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from nmt.cache import atomic_dir, atomic_write_text, file_digest, hash_key
-from nmt.config import (
-    POSITIVE,
-    DecodingConfig,
-    DistillConfig,
-    check_values,
-    checkpoint_paths,
-    data_or_model_data,
-)
+from nmt.config import DecodingConfig, DistillConfig, check_values, checkpoint_paths, data_or_model_data
 from nmt.data import prepare_text, read_lines, read_text, text_path
 from nmt.devices import select_device
 from nmt.errors import NMTError
@@ -47,7 +40,6 @@ from nmt.translator import Translator
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1  # of the cache layout and the key: a change gets new folders, never a stale reuse
-DISTILL_RULES = {"distill.chunk_sentences": POSITIVE}
 
 
 @dataclass
@@ -74,7 +66,7 @@ class DistilledCorpus:
 def distill(cfg: DistillConfig, progress: bool = True) -> DistilledCorpus:
     """Translate the training sources of ``cfg.data`` (default: the teacher's data) with the teacher and
     write the distilled corpus, reusing whatever an earlier run with the same key left."""
-    check_values(cfg, DISTILL_RULES)
+    check_values(cfg)
     translator = Translator.from_checkpoint(
         cfg.teacher, select_device(cfg.device), cfg.backend, cfg.ct2_model
     )

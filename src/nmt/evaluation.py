@@ -17,26 +17,14 @@ from nmt.config import (
     EvaluateConfig,
     SplitConfig,
     TrainConfig,
+    check_values,
     checkpoint_paths,
 )
 from nmt.data import SPLITS, prepare_text, read_lines, read_text
 from nmt.devices import select_device
 from nmt.errors import NMTError
-from nmt.metrics import (
-    METRICS,
-    OutputStats,
-    Score,
-    corpus_scores,
-    output_stats,
-    scores_by_length,
-    unknown_metrics,
-)
+from nmt.metrics import OutputStats, Score, corpus_scores, output_stats, scores_by_length
 from nmt.translator import Hypothesis, Translator
-
-
-def check_metrics(metrics: Sequence[str]) -> None:
-    if unknown_metrics(metrics):
-        raise NMTError(f"eval.metrics: unknown {unknown_metrics(metrics)}; choose from {sorted(METRICS)}")
 
 
 @dataclass
@@ -76,7 +64,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     With ``prefix_file`` every hypothesis starts with its line's prefix; with ``alignments`` the word
     alignment of each hypothesis goes to a ``.align`` file beside the hypotheses.
     """
-    check_metrics(cfg.eval.metrics)  # a typo must not cost a whole decode
+    check_values(cfg.eval, "eval.")  # as a script checks it at start: a typo must not cost a whole decode
     device = select_device(cfg.device)
     threads = (cfg.ct2_inter_threads, cfg.ct2_intra_threads)
     translator = Translator.from_checkpoint(

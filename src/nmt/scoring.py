@@ -26,7 +26,7 @@ from nmt.errors import NMTError
 from nmt.evaluation import evaluation_text
 from nmt.translator import Scored, Translator, WordAlignment
 
-FORMATS = ("tsv", "json")
+FORMATS = ("tsv", "json")  # the format= choices (nmt.config.ScoreConfig; checked at start)
 
 
 @dataclass
@@ -55,15 +55,9 @@ class ScoreRun:
         )
 
 
-def check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
-        raise NMTError(f"format={fmt!r}: choose one of {', '.join(FORMATS)}")
-
-
 def score_corpus(cfg: ScoreConfig) -> ScoreRun:
     """Score ``eval.ref`` as the translations of ``eval.src`` (or a data split's references) with
     ``cfg.checkpoint`` (an ensemble, the ct2 backend)."""
-    check_format(cfg.format)  # before the model loads
     translator = Translator.from_checkpoint(
         cfg.checkpoint, select_device(cfg.device), cfg.backend, cfg.ct2_model
     )

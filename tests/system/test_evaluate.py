@@ -158,7 +158,8 @@ def test_evaluate_refuses_unknown_metrics_before_decoding(toy_run, monkeypatch):
     cfg = EvaluateConfig(
         checkpoint=str(toy_run.checkpoints / "last.pt"), eval=EvalFilesConfig(metrics=["bleu", "BLEU"])
     )
-    with pytest.raises(NMTError, match=r"eval.metrics: unknown \['BLEU'\]"):
+    refused = r"^eval\.metrics=\['bleu', 'BLEU'\]: must each be one of bleu, chrf, ter; did you mean bleu\?$"
+    with pytest.raises(NMTError, match=refused):
         evaluate_checkpoint(cfg, Path("unused"))
 
 

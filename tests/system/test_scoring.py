@@ -125,7 +125,7 @@ def test_score_script_writes_a_line_per_pair_and_the_means(toy, toy_run, text, t
         (
             {"a.src": b"ka\n", "a.tgt": b"x\n"},
             ("format=xml",),
-            "error: format='xml': choose one of tsv, json",
+            "error: format=xml: must be one of tsv, json",
         ),
     ],
 )

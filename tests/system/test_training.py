@@ -369,7 +369,10 @@ def test_bad_overrides_fail_at_start_naming_the_key(toy, tmp_path, override, nam
     ("override", "message"),
     [
         ("trainer.valid_every=0", "error: trainer.valid_every=0: must be > 0"),
-        ("trainer.best_metric=BLEU", "error: trainer.best_metric=BLEU: must be one of bleu, chrf, loss, ppl"),
+        (
+            "trainer.best_metric=BLEU",
+            "error: trainer.best_metric=BLEU: must be one of bleu, chrf, loss, ppl; did you mean bleu?",
+        ),
     ],
 )
 def test_values_that_cannot_work_fail_at_start_in_one_line(toy, tmp_path, override, message):

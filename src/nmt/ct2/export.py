@@ -34,7 +34,7 @@ from typing import Any
 from torch import nn
 
 from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint, weights_digest
-from nmt.config import ExportCT2Config, ModelConfig, TransformerConfig
+from nmt.config import ExportCT2Config, ModelConfig, TransformerConfig, check_choice
 from nmt.ct2.format import META_FILE, file_digest, require_ctranslate2, write_export_info
 from nmt.errors import NMTError
 from nmt.models.attention import Attention, DotProductAttention
@@ -73,8 +73,7 @@ def check_exportable(cfg: ModelConfig) -> None:
 
 
 def check_quantization(quantization: str) -> None:
-    if quantization not in QUANTIZATIONS:
-        raise NMTError(f"quantization={quantization!r}: choose one of {', '.join(QUANTIZATIONS)}")
+    check_choice("quantization", quantization, QUANTIZATIONS)
 
 
 # ------------------------------------------------------------------------------------------- the spec

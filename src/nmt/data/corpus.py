@@ -179,8 +179,6 @@ def _load_splits(ids_dir: Path, meta: dict, src: str, tgt: str) -> dict[str, Enc
 
 def data_workers(cfg: DataConfig) -> int:
     """``data.workers``, 0 meaning one per CPU core this process may use."""
-    if cfg.workers < 0:
-        raise NMTError(f"data.workers={cfg.workers}: must be >= 0 (0 = one per CPU core)")
     if cfg.workers:
         return cfg.workers
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -34,10 +34,7 @@ def source_chunks(cfg: DataConfig, split: str) -> Iterator[Chunk]:
     """The raw pairs of ``split`` in chunks, for the source named by ``cfg.source`` (resolved first:
     see :func:`resolve_source`)."""
     cfg = resolve_source(cfg)
-    readers = {"hf": _hf_chunks, "local": _local_chunks, "multi30k": _multi30k_chunks, "toy": _toy_chunks}
-    if cfg.source not in readers:
-        raise NMTError(f"data.source={cfg.source!r}: expected one of {', '.join(readers)}")
-    return readers[cfg.source](cfg, split)
+    return READERS[cfg.source](cfg, split)
 
 
 def load_source(cfg: DataConfig) -> RawCorpus:
@@ -458,3 +455,12 @@ def _swap_pairs(words: list[str]) -> list[str]:
     for i in range(0, len(words) - 1, 2):
         out[i], out[i + 1] = words[i + 1], words[i]
     return out
+
+
+# The readers, by the data.source choices (nmt.config.DataConfig; checked at start).
+READERS: dict[str, Callable[[Any, str], Iterator[Chunk]]] = {
+    "hf": _hf_chunks,
+    "local": _local_chunks,
+    "multi30k": _multi30k_chunks,
+    "toy": _toy_chunks,
+}

@@ -34,7 +34,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from nmt.errors import NMTError
 from nmt.models.base import LazyRows
 
 # F.scaled_dot_product_attention shares key/value heads among query heads itself from torch 2.5 on.
@@ -357,8 +356,6 @@ class AdditiveAttention(Attention):
 
     def __init__(self, d_model: int, heads: int, dropout: float, cross: bool, chunk: int = 64, **kwargs):
         super().__init__(d_model, heads, dropout, cross, **kwargs)
-        if chunk < 1:
-            raise NMTError(f"model.additive_chunk must be at least 1, got {chunk}")
         self.chunk = chunk
         self.v_a = nn.Parameter(torch.empty(heads, self.score_dim))
         nn.init.normal_(self.v_a, std=self.score_dim**-0.5)
@@ -371,6 +368,7 @@ class AdditiveAttention(Attention):
         return out, weights if need_weights else None
 
 
+# The kinds, by the model.self_attention/cross_attention choices (nmt.config.ATTENTION_KINDS).
 ATTENTION = {"dot_product": DotProductAttention, "additive": AdditiveAttention}
 
 

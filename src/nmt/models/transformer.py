@@ -68,6 +68,10 @@ class Dropout(nn.Dropout):
         return x * (torch.rand_like(x) >= self.p) * (1.0 / (1.0 - self.p))
 
 
+# The positions Embedding gives, by the model.positional choices (nmt.config.TransformerConfig).
+POSITIONALS = ("sinusoidal", "learned", "rope")
+
+
 class Embedding(nn.Module):
     """Token embedding scaled by sqrt(d_model), plus positions (none with rope), plus dropout."""
 

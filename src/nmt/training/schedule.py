@@ -4,11 +4,9 @@ spent (nothing to save or restore)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from nmt.config import OptimConfig
-from nmt.errors import NMTError
-
-SCHEDULES = ("inverse_sqrt", "constant", "linear")
 
 
 def learning_rate(step: int, cfg: OptimConfig, spent: float = 0.0) -> float:
@@ -20,14 +18,30 @@ def learning_rate(step: int, cfg: OptimConfig, spent: float = 0.0) -> float:
     before this update: the rate reaches zero exactly when the budget ends, however many updates the
     machine makes, which suits a run that is stopped by its budget rather than by convergence.
     """
-    if cfg.schedule not in SCHEDULES:  # checked first: a typo must not wait for the end of warmup
-        raise NMTError(f"unknown optim.schedule {cfg.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    return SCHEDULES[cfg.schedule](step, cfg, spent)
+
+
+def _inverse_sqrt(step: int, cfg: OptimConfig, spent: float) -> float:
     warmup = max(cfg.warmup_steps, 0)
-    if cfg.schedule == "linear":
-        ramp = min(step / warmup, 1.0) if warmup else 1.0
-        return cfg.lr * ramp * max(1.0 - spent, 0.0)
     if warmup and step < warmup:
         return cfg.lr * step / warmup
-    if cfg.schedule == "constant":
-        return cfg.lr
-    return cfg.lr * math.sqrt(max(warmup, 1) / max(step, 1))  # inverse_sqrt
+    return cfg.lr * math.sqrt(max(warmup, 1) / max(step, 1))
+
+
+def _constant(step: int, cfg: OptimConfig, spent: float) -> float:
+    warmup = max(cfg.warmup_steps, 0)
+    return cfg.lr * step / warmup if warmup and step < warmup else cfg.lr
+
+
+def _linear(step: int, cfg: OptimConfig, spent: float) -> float:
+    warmup = max(cfg.warmup_steps, 0)
+    ramp = min(step / warmup, 1.0) if warmup else 1.0
+    return cfg.lr * ramp * max(1.0 - spent, 0.0)
+
+
+# The schedules, by the optim.schedule choices (nmt.config.OptimConfig; checked at start).
+SCHEDULES: dict[str, Callable[[int, OptimConfig, float], float]] = {
+    "inverse_sqrt": _inverse_sqrt,
+    "constant": _constant,
+    "linear": _linear,
+}

@@ -199,12 +199,13 @@ def prepare_on_main_first(cfg: TrainConfig, dist: Dist) -> PreparedData:
     return data
 
 
+# The optimizers, by the optim.name choices (nmt.config.OptimConfig; checked at start).
+OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+
+
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     o = cfg.optim
-    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
-    if o.name not in kinds:
-        raise NMTError(f"optim.name must be one of {sorted(kinds)}, got {o.name!r}")
-    return kinds[o.name](
+    return OPTIMIZERS[o.name](
         model.parameters(),
         lr=learning_rate(1, o),
         betas=tuple(o.betas),
