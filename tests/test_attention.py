@@ -3,11 +3,13 @@
 Additive (Bahdanau) scores against a slow reference, masks, chunking and the KV cache; rotary positions
 (``model.positional=rope``: relative scores, offsets that follow the cache); grouped-query and
 multi-query attention (``model.kv_heads``: multi-head attention with shared key/value heads, with and
-without SDPA's head sharing); fused training projections. Then each kind inside a Transformer: training,
+without SDPA's head sharing); fused training projections; the kernels against the formulas (outputs and
+gradients, every kind, with RoPE, GQA and a cache). Then each kind inside a Transformer: training,
 incremental decoding equal to teacher forcing, the size of the cache, search, config checks and the
 presets that select them.
 """
 
+import copy
 import math
 from dataclasses import replace
 
@@ -18,10 +20,10 @@ from helpers import copy_sentences, tiny_transformer, train_to_copy
 from nmt.config import DecodingConfig, TransformerConfig, check_model, to_container, to_train_config
 from nmt.decoding import beam_search, greedy_search, pad_batch
 from nmt.errors import NMTError
-from nmt.models import Transformer, kv_cache_bytes
-from nmt.models import attention as attention_module
+from nmt.models import Transformer, kernels, kv_cache_bytes
 from nmt.models.attention import (
     AdditiveAttention,
+    Attention,
     DotProductAttention,
     build_attention,
     gather_append,
@@ -246,7 +248,7 @@ def test_attention_without_sdpa_head_sharing_is_the_same(monkeypatch, padded):
     pad = torch.zeros(2, 6, dtype=torch.bool)
     pad[1, 4:] = padded
     with_gqa, _ = attn(x, x, x, causal=True, key_padding_mask=pad if padded else None)
-    monkeypatch.setattr(attention_module, "SDPA_GQA", False)
+    monkeypatch.setattr(kernels, "SDPA_GQA", False)
     repeated, _ = attn(x, x, x, causal=True, key_padding_mask=pad if padded else None)
     torch.testing.assert_close(repeated, with_gqa)
 
@@ -262,6 +264,124 @@ def test_fused_training_projections_equal_the_separate_inference_ones(kv_heads):
         with torch.no_grad():
             separate = attn(x, key, value)[0]
         torch.testing.assert_close(fused, separate)
+
+
+# ------------------------------------------------------------------- the kernels against the formulas
+KINDS = {"dot_product": DotProductAttention, "additive": AdditiveAttention}
+SETTINGS = {  # the self-attention's; the cross-attention is never rotated
+    "multi-head": {},
+    "grouped-query": {"kv_heads": 2},
+    "rope": {"rope_base": 10000.0, "rope_positions": 6},  # later positions: rotated without the table
+    "rope, multi-query": {"rope_base": 10000.0, "rope_positions": 6, "kv_heads": 1},
+}
+
+
+def fast_and_textbook(kind: str, cross: bool, setting: str) -> tuple[Attention, Attention]:
+    """One module twice: with the kernels, and every step as its formula (``fast = False``)."""
+    torch.manual_seed(0)
+    options = {key: value for key, value in SETTINGS[setting].items() if not cross or key == "kv_heads"}
+    fast = KINDS[kind](16, 4, dropout=0.0, cross=cross, **options).train()
+    textbook = copy.deepcopy(fast)
+    textbook.fast = False
+    return fast, textbook
+
+
+def outputs_and_gradients(attn: Attention, inputs: list[torch.Tensor], call) -> list[torch.Tensor]:
+    """``call``'s output, then the gradients of its squares' sum for the inputs and every parameter."""
+    inputs = [x.clone().requires_grad_() for x in inputs]
+    out = call(attn, *inputs)
+    out.square().sum().backward()
+    return [out.detach(), *(x.grad for x in inputs), *(p.grad for p in attn.parameters())]
+
+
+def padding(rows: int, length: int, padded: dict[int, int]) -> torch.Tensor:
+    mask = torch.zeros(rows, length, dtype=torch.bool)
+    for row, start in padded.items():
+        mask[row, start:] = True
+    return mask
+
+
+SELF_PAD, CROSS_PAD = padding(3, 9, {1: 6, 2: 4}), padding(3, 7, {0: 5, 2: 2})
+TRAINING_CALLS = {  # the projections and the attention of a training step: fused, through SDPA
+    "self, causal": (False, lambda a, x, m: a(x, x, x, causal=True)[0]),
+    "self, causal, padded": (False, lambda a, x, m: a(x, x, x, causal=True, key_padding_mask=SELF_PAD)[0]),
+    "self, padded": (False, lambda a, x, m: a(x, x, x, key_padding_mask=SELF_PAD)[0]),
+    "cross": (True, lambda a, x, m: a(x, m, m)[0]),
+    "cross, padded": (True, lambda a, x, m: a(x, m, m, key_padding_mask=CROSS_PAD)[0]),
+}
+
+
+@pytest.mark.parametrize("call", TRAINING_CALLS)
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_kernels_give_the_outputs_and_gradients_of_the_formulas(kind, setting, call):
+    cross, run = TRAINING_CALLS[call]
+    fast, textbook = fast_and_textbook(kind, cross, setting)
+    g = torch.Generator().manual_seed(1)
+    inputs = [torch.randn(3, 9, 16, generator=g), torch.randn(3, 7, 16, generator=g)]
+    expected = outputs_and_gradients(textbook, inputs, run)
+    for got, want in zip(outputs_and_gradients(fast, inputs, run), expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_kernels_give_the_outputs_and_gradients_of_the_formulas_after_a_cache(kind, setting):
+    """Queries after cached keys the search reordered (rows taken, repeated): the causal mask of later
+    positions, the cache's gather and append; with autograd on, and in decoding (one copy)."""
+    fast, textbook = fast_and_textbook(kind, False, setting)
+    g = torch.Generator().manual_seed(2)
+    kv_heads, dims = fast.kv_heads, (fast.score_dim, fast.head_dim)
+    past = [torch.randn(4, kv_heads, 3, dim, generator=g) for dim in dims]
+    rows = torch.tensor([2, 2, 0])
+
+    def call(attn, x, past_k, past_v):
+        cache = reorder_state({"k": LazyRows(past_k), "v": LazyRows(past_v)}, rows)
+        return attn(x, x, x, causal=True, cache=cache, key_padding_mask=padding(3, 5, {1: 1}))[0]
+
+    inputs = [torch.randn(3, 2, 16, generator=g), *past]
+    expected = outputs_and_gradients(textbook, inputs, call)
+    for got, want in zip(outputs_and_gradients(fast, inputs, call), expected, strict=True):
+        torch.testing.assert_close(got, want)
+    with torch.no_grad():
+        torch.testing.assert_close(call(fast.eval(), *inputs), call(textbook.eval(), *inputs))
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("kind", KINDS)
+@torch.no_grad()
+def test_kernels_decode_as_the_formulas_do(kind, setting):
+    """Incremental decoding of a sentence's 3 beams: self-attention over a cache that the search
+    reorders between steps, cross-attention of the beams over their sentence's keys and values (kept
+    once per sentence) with and without the weights."""
+    (fast_self, textbook_self), (fast_cross, textbook_cross) = (
+        fast_and_textbook(kind, cross, setting) for cross in (False, True)
+    )
+    g = torch.Generator().manual_seed(3)
+    memory, pad = torch.randn(2, 7, 16, generator=g), padding(2, 7, {1: 4})
+    caches = {"fast": ({}, {}), "textbook": ({}, {})}
+    for step in range(8):  # past the rotary table's 6 positions
+        x = torch.randn(6, 1, 16, generator=g)
+        results = {}
+        for name, self_attn, cross_attn in (
+            ("fast", fast_self.eval(), fast_cross.eval()),
+            ("textbook", textbook_self.eval(), textbook_cross.eval()),
+        ):
+            own, shared = caches[name]
+            h = self_attn(x, x, x, causal=True, cache=own)[0]
+            out, weights = cross_attn(
+                h, memory, memory, key_padding_mask=pad, cache=shared, need_weights=step == 1
+            )
+            results[name] = (h, out) if weights is None else (h, out, weights)
+            caches[name] = (reorder_state(own, torch.tensor([1, 1, 0, 5, 3, 3])), shared)
+        for got, want in zip(results["fast"], results["textbook"], strict=True):
+            torch.testing.assert_close(got, want)
+    for role in (0, 1):
+        for key in ("k", "v"):
+            got, want = caches["fast"][role][key], caches["textbook"][role][key]
+            if role == 0:
+                got, want = got.take(), want.take()
+            torch.testing.assert_close(got, want)
 
 
 # -------------------------------------------------------------- additive attention in a Transformer
@@ -458,6 +578,39 @@ def test_search_with_rope_and_mqa(copier):
         uncached = beam_search(copier, src, replace(decoding, cache=False), limit)
         assert [b[0].tokens for b in cached] == [b[0].tokens for b in uncached]
     assert len({len(h.tokens) for h in greedy}) > 3  # outputs vary: the comparisons above compare something
+
+
+def textbook_copy(model: Transformer) -> Transformer:
+    """The model with every attention step as its formula (``Attention.fast = False``)."""
+    textbook = copy.deepcopy(model)
+    for module in textbook.modules():
+        if isinstance(module, Attention):
+            module.fast = False
+    return textbook
+
+
+@pytest.mark.parametrize("name", ["rope+mqa, trained", "additive"])
+def test_a_model_with_the_kernels_trains_and_searches_as_the_formulas_do(copier, name):
+    """Training (loss, gradients) and beam search, the kernels against the formulas."""
+    if name == "additive":
+        model, src = additive_transformer(), SRC
+    else:
+        model, src = copy.deepcopy(copier), pad_batch(copy_sentences(12, VOCAB, seed=2000), "cpu")
+    textbook = textbook_copy(model)
+    tgt_in = torch.cat([torch.full((src.size(0), 1), BOS_ID), src[:, :-1]], dim=1)
+    results = []
+    for searched in (model, textbook):
+        loss = torch.log_softmax(searched.train()(src, tgt_in), dim=-1).logsumexp(-1).mean()
+        loss.backward()
+        results.append([loss.detach(), *(p.grad for p in searched.parameters())])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want)
+    decoding = DecodingConfig(beam_size=4, nbest=2, alpha=0.6)
+    with torch.no_grad():
+        hyps, expected = (beam_search(m.eval(), src, decoding, 30) for m in (model, textbook))
+    assert [[h.tokens for h in nbest] for nbest in hyps] == [[h.tokens for h in nbest] for nbest in expected]
+    scores = [torch.tensor([[h.score for h in nbest] for nbest in found]) for found in (hyps, expected)]
+    torch.testing.assert_close(*scores)  # fp32 scores: equal up to fp32 rounding
 
 
 # ------------------------------------------------------------------------------------------ presets

@@ -25,7 +25,7 @@ from nmt.decoding import (
     translate_ids,
 )
 from nmt.errors import NMTError
-from nmt.models import Seq2Seq, Transformer
+from nmt.models import Seq2Seq, Transformer, kernels
 from nmt.models import attention as attention_module
 from nmt.models.base import select_sentences
 from nmt.models.ensemble import Ensemble
@@ -416,15 +416,15 @@ def test_beam_search_runs_on_a_torch_without_sdpa_head_sharing(model, src, monke
     searched = model if not kv_heads else tiny_transformer(VOCAB, seed=8, kv_heads=kv_heads)
     cfg = DecodingConfig(beam_size=4, nbest=2, alpha=0.6, max_len_b=4)
     expected = as_tuples(beam_search(searched, src, cfg, 31))
-    sdpa = attention_module.F.scaled_dot_product_attention
+    sdpa = kernels.F.scaled_dot_product_attention
 
     def sdpa_of_torch_2_4(*args, **kwargs):
         if "enable_gqa" in kwargs:
             raise TypeError("scaled_dot_product_attention() got an unexpected keyword argument 'enable_gqa'")
         return sdpa(*args, **kwargs)
 
-    monkeypatch.setattr(attention_module, "SDPA_GQA", False)
-    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", sdpa_of_torch_2_4)
+    monkeypatch.setattr(kernels, "SDPA_GQA", False)
+    monkeypatch.setattr(kernels.F, "scaled_dot_product_attention", sdpa_of_torch_2_4)
     assert as_tuples(beam_search(searched, src, cfg, 31)) == expected
 
 

@@ -1,4 +1,4 @@
-"""Attention variants behind one interface.
+"""Attention variants behind one interface, written as their formulas.
 
 Every variant is called as::
 
@@ -7,9 +7,14 @@ Every variant is called as::
 
 with ``query`` (batch, tgt_len, d_model), ``key``/``value`` (batch, src_len, d_model),
 ``key_padding_mask`` (batch, src_len) True at padding, ``causal`` masking future keys, and ``weights``
-(batch, heads, tgt_len, src_len) when asked for. The shared part (projections, heads, rotary
-positions, the key/value cache) lives in :class:`Attention`; a variant only defines how queries score
-keys (:meth:`attend`).
+(batch, heads, tgt_len, src_len) when asked for. The formulas come first: each kind's scores, the
+softmax over the keys a query may see and the weighted sum of the values. The multi-head part
+(projections, heads, rotary positions, the key/value cache) is :class:`Attention`; a kind only says
+how queries score keys (:meth:`Attention.score`).
+
+Each step is written here as its formula; faster kernels computing the same numbers (fused
+projections, cache gathers, shared-source attention, the fused softmax) live in
+:mod:`nmt.models.kernels`, and the modules use them where they apply (``Attention.fast``).
 
 The cache is a plain dict owned by the caller, one per layer and role:
 - self-attention (``cross=False``): each call appends the new keys/values, so the decoder feeds
@@ -28,18 +33,61 @@ module knows nothing else about the search.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from nmt.config import TransformerConfig
 from nmt.models.base import LazyRows
+from nmt.models.kernels import fused_projections, gather_append, sdpa, sdpa_shared
+from nmt.models.masks import allowed_mask
 
-# F.scaled_dot_product_attention shares key/value heads among query heads itself from torch 2.5 on.
-SDPA_GQA = torch.__version__ >= "2.5"
+
+# ------------------------------------------------------------------------------------- the formulas
+def dot_product_scores(q: Tensor, k: Tensor) -> Tensor:
+    """Scaled dot-product scores q . k / sqrt(dim) (Vaswani et al., 2017, eq. 1) of ``q`` (batch, heads,
+    tgt, dim) and ``k`` (batch, heads, src, dim) -> (batch, heads, tgt, src)."""
+    return q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
 
 
+def additive_scores(q: Tensor, k: Tensor, v_a: Tensor, chunk: int) -> Tensor:
+    """Bahdanau scores v_a[h] . tanh(q[b, h, i] + k[b, h, j]) -> (batch, heads, tgt, src).
+
+    ``q`` (batch, heads, tgt, dim) and ``k`` (batch, heads, src, dim) are already projected (W_q q,
+    W_k k); ``v_a`` is (heads, dim). Only ``chunk`` target positions are expanded at a time, so the
+    largest intermediate is (batch, heads, chunk, src, dim). When there are several chunks and
+    autograd is on, each chunk is checkpointed (its tanh recomputed in the backward pass): otherwise
+    autograd would keep every chunk's tanh and training memory would grow with the target length.
+    """
+    tgt_len = q.size(2)
+    chunks = []
+    for start in range(0, tgt_len, chunk):
+        q_chunk = q[:, :, start : start + chunk]
+        if tgt_len > chunk and torch.is_grad_enabled():
+            chunks.append(checkpoint(_score_chunk, q_chunk, k, v_a, use_reentrant=False))
+        else:
+            chunks.append(_score_chunk(q_chunk, k, v_a))
+    return chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=2)
+
+
+def _score_chunk(q: Tensor, k: Tensor, v_a: Tensor) -> Tensor:
+    hidden = torch.tanh(q[:, :, :, None, :] + k[:, :, None, :, :])  # (batch, heads, chunk, src, dim)
+    return torch.einsum("bhtsd,hd->bhts", hidden, v_a.to(hidden.dtype))
+
+
+def softmax_combine(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:
+    """The weights softmax(scores) over the keys ``mask`` allows (masked weights exactly 0), then the
+    weighted sum of the values: (out, weights)."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+    return F.dropout(weights, dropout, training=dropout > 0) @ v, weights
+
+
+# -------------------------------------------------------------------------------- rotary positions
 def rotary_angles(positions: Tensor, dim: int, base: float) -> tuple[Tensor, Tensor]:
     """cos and sin (len, dim/2) of the RoPE angles position * base^(-2i/dim) at ``positions`` (len,),
     in fp32: bf16 angles of late positions would be far off."""
@@ -62,8 +110,10 @@ def rotary(x: Tensor, positions: Tensor, base: float) -> Tensor:
     return rotate(x, *rotary_angles(positions.to(x.device), x.size(-1), base))
 
 
+# ---------------------------------------------------------------------------- multi-head attention
 class Attention(nn.Module):
-    """Multi-head attention skeleton: projections, head split/merge, rotary positions and the key/value cache.
+    """Multi-head attention (Vaswani et al., 2017, section 3.2.2) around a kind's scores:
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = softmax(score(Q W^Q_i, K W^K_i)) V W^V_i.
 
     ``kv_heads`` (0 = ``heads``) fewer key/value heads than query heads is grouped-query attention
     (Ainslie et al., 2023; 1 = multi-query, Shazeer 2019): each key/value head serves heads // kv_heads
@@ -76,6 +126,10 @@ class Attention(nn.Module):
     The angles of the first ``rope_positions`` positions are computed once (a decoding step would
     otherwise spend a dozen small operations per layer on them); later ones when needed.
     """
+
+    # The kernels of nmt.models.kernels where they apply; False: every step as its formula (what the
+    # kernels are tested against, outputs and gradients).
+    fast: bool = True
 
     def __init__(
         self,
@@ -103,12 +157,15 @@ class Attention(nn.Module):
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
 
-    def rotate(self, x: Tensor, offset: int) -> Tensor:
-        """RoPE on ``x`` (batch, heads, len, dim) at the positions from ``offset`` on."""
-        end = offset + x.size(2)
-        if end > self.rope_cos.size(0):
-            return rotary(x, torch.arange(offset, end), self.rope_base)
-        return rotate(x, self.rope_cos[offset:end].float(), self.rope_sin[offset:end].float())
+    @classmethod
+    def options(cls, cfg: TransformerConfig) -> dict[str, Any]:
+        """This kind's own constructor arguments, from its keys of the model config."""
+        return {}
+
+    def score(self, q: Tensor, k: Tensor) -> Tensor:
+        """Scores (batch, heads, tgt, src) of queries ``q`` (batch, heads, tgt, score_dim) for keys ``k``
+        (batch, heads, src, score_dim), one key head per query head."""
+        raise NotImplementedError
 
     def forward(
         self,
@@ -139,21 +196,61 @@ class Attention(nn.Module):
         batch, _, tgt_len, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(batch, tgt_len, -1)), weights
 
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        causal: bool,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """softmax(score(q, k)) v over the keys each query may see: queries (batch, heads, tgt_len,
+        score_dim), keys and values (batch, kv_heads, src_len, score_dim or head_dim) -> (out, weights)."""
+        k, v = self.expand_kv(k, v)
+        mask = allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
+        out, weights = softmax_combine(self.score(q, k), v, mask, self.dropout if self.training else 0.0)
+        return out, weights if need_weights else None
+
+    def attend_shared(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, need_weights: bool, share: int
+    ) -> tuple[Tensor, Tensor | None]:
+        """:meth:`attend` for ``share`` consecutive query rows per key/value row (cross-attention).
+
+        Each hypothesis gets its own copy of the keys and values, so that it computes exactly what it
+        would compute alone (folding the beams into more query positions changes the order of the
+        float operations). A kind with a kernel that shares them overrides this.
+        """
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.repeat_interleave(share, dim=0)
+        k, v = k.repeat_interleave(share, dim=0), v.repeat_interleave(share, dim=0)
+        return self.attend(q, k, v, key_padding_mask, False, need_weights)
+
+    def expand_kv(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys/values with each of the kv_heads repeated for its group of query heads (the cache keeps
+        the unexpanded tensors)."""
+        if self.kv_heads == self.heads:
+            return k, v
+        group = self.heads // self.kv_heads
+        return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+    def rotate(self, x: Tensor, offset: int) -> Tensor:
+        """RoPE on ``x`` (batch, heads, len, dim) at the positions from ``offset`` on."""
+        end = offset + x.size(2)
+        if end > self.rope_cos.size(0):
+            return rotary(x, torch.arange(offset, end), self.rope_base)
+        return rotate(x, self.rope_cos[offset:end].float(), self.rope_sin[offset:end].float())
+
     def _project(
         self, query: Tensor, key: Tensor, value: Tensor, keys_needed: bool
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """The query, key and value projections. In training, one matrix product for those that share an
-        input (self-attention: all three; cross-attention: keys and values), as nn.MultiheadAttention
-        does; in inference separate ones, since stacking the weights at every decoding step would copy
-        them for a product over a few rows."""
+        """Q W^Q, K W^K and V W^V; only the queries' when the keys and values are cached."""
         if not keys_needed:
             return self.q_proj(query), None, None
-        if not torch.is_grad_enabled():
-            return self.q_proj(query), self.k_proj(key), self.v_proj(value)
-        if query is key and key is value:
-            return fused_linear(query, (self.q_proj, self.k_proj, self.v_proj))
-        if key is value:
-            return (self.q_proj(query), *fused_linear(key, (self.k_proj, self.v_proj)))
+        if self.fast:
+            fused = fused_projections(query, key, value, self.q_proj, self.k_proj, self.v_proj)
+            if fused is not None:
+                return fused
         return self.q_proj(query), self.k_proj(key), self.v_proj(value)
 
     def _split(self, x: Tensor, heads: int | None = None) -> Tensor:
@@ -174,170 +271,43 @@ class Attention(nn.Module):
         if self.cross:
             cache["k"], cache["v"] = k, v
             return k, v
-        # Self-attention: the cache grows by this step's keys/values; its rows, reordered by the search
-        # since the last step, are taken in the same copy.
+        # Self-attention: the cache grows by this step's keys/values after its rows that the search kept.
         if "k" in cache:
-            k, v = gather_append(cache["k"], k), gather_append(cache["v"], v)
+            k, v = self._append(cache["k"], k), self._append(cache["v"], v)
         cache["k"], cache["v"] = LazyRows(k), LazyRows(v)
         return k, v
 
-    def expand_kv(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys/values with each of the kv_heads repeated for its group of query heads (for the scoring
-        paths that need one key head per query head; the cache keeps the unexpanded tensors)."""
-        if self.kv_heads == self.heads:
-            return k, v
-        group = self.heads // self.kv_heads
-        return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-
-    def attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_padding_mask: Tensor | None,
-        causal: bool,
-        need_weights: bool,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Combine values (batch, heads, src_len, head_dim) by query-key scores; returns (out, weights)."""
-        raise NotImplementedError
-
-    def attend_shared(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, need_weights: bool, share: int
-    ) -> tuple[Tensor, Tensor | None]:
-        """:meth:`attend` for ``share`` consecutive query rows per key/value row (cross-attention).
-
-        Each hypothesis gets its own copy of the keys and values, so that it computes exactly what it
-        would compute alone (folding the beams into more query positions changes the order of the
-        float operations). A variant with a kernel that shares them, bit for bit, overrides this.
-        """
-        if key_padding_mask is not None:
-            key_padding_mask = key_padding_mask.repeat_interleave(share, dim=0)
-        k, v = k.repeat_interleave(share, dim=0), v.repeat_interleave(share, dim=0)
-        return self.attend(q, k, v, key_padding_mask, False, need_weights)
-
-
-def gather_append(past: LazyRows, new: Tensor) -> Tensor:
-    """``cat([past.take(), new], dim=2)``: on the CPU in one copy, the selected rows written straight
-    into the result (index_select + cat copy the cache twice: 1.2x slower at 4 positions, 1.9x at 32,
-    docs/speed.md). Elsewhere, and where autograd records (``out=`` has no gradient), the
-    two plain operations."""
-    if past.rows is None or new.device.type != "cpu" or torch.is_grad_enabled():
+    def _append(self, past: LazyRows, new: Tensor) -> Tensor:
+        """The cached rows the search kept, then ``new`` along the positions (dim 2)."""
+        if self.fast:
+            return gather_append(past, new)  # in one copy
         return torch.cat([past.take(), new], dim=2)
-    old = past.tensor.size(2)
-    out = new.new_empty(past.rows.size(0), new.size(1), old + new.size(2), new.size(3))
-    torch.index_select(past.tensor, 0, past.rows, out=out[:, :, :old])
-    out[:, :, old:] = new
-    return out
-
-
-def fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> tuple[Tensor, ...]:
-    """``layer(x)`` for each layer, in one matrix product of their stacked weights."""
-    weight = torch.cat([layer.weight for layer in layers])
-    bias = torch.cat([layer.bias for layer in layers])
-    return F.linear(x, weight, bias).split([layer.out_features for layer in layers], dim=-1)
-
-
-def allowed_mask(
-    key_padding_mask: Tensor | None, causal: bool, tgt_len: int, src_len: int, device: torch.device
-) -> Tensor | None:
-    """Boolean mask broadcastable to (batch, heads, tgt, src), True where a query may look."""
-    mask = None
-    if key_padding_mask is not None:
-        mask = ~key_padding_mask[:, None, None, :]
-    if causal:
-        # Queries are the last tgt_len positions of src_len (equal when nothing is cached).
-        future = torch.ones(tgt_len, src_len, dtype=torch.bool, device=device).tril(src_len - tgt_len)
-        mask = future if mask is None else mask & future
-    return mask
 
 
 class DotProductAttention(Attention):
-    """Scaled dot-product attention (Vaswani et al., 2017) through ``F.scaled_dot_product_attention``,
-    which picks fused flash/memory-efficient kernels on GPU. The explicit softmax path is used when
-    the weights are asked for (plots), since the fused kernels do not return them, and for bf16/fp16
-    on CPU, where the fused kernel is slower than in fp32 and slower than the explicit path
-    (docs/speed.md)."""
+    """Scaled dot-product attention (Vaswani et al., 2017): score(q, k) = q . k / sqrt(dim).
+
+    Computed by ``F.scaled_dot_product_attention`` (:func:`~nmt.models.kernels.sdpa`) where it applies
+    and the weights are not asked for (its fused kernels do not return them).
+    """
+
+    def score(self, q: Tensor, k: Tensor) -> Tensor:
+        return dot_product_scores(q, k)
 
     def attend(self, q, k, v, key_padding_mask, causal, need_weights):
-        dropout = self.dropout if self.training else 0.0
-        fused = not need_weights and not (q.device.type == "cpu" and q.dtype != torch.float32)
-        if fused:
-            plain = key_padding_mask is None and (not causal or q.size(2) == k.size(2))
-            mask = None if plain else allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
-            gqa = {}
-            if self.kv_heads != self.heads:
-                # CUDA runs enable_gqa with a mask in the slow math kernel (so Hugging Face transformers
-                # avoids it too): there the heads are repeated, for the memory-efficient kernel.
-                if SDPA_GQA and (plain or q.device.type != "cuda"):
-                    gqa = {"enable_gqa": True}
-                else:
-                    k, v = self.expand_kv(k, v)
-            if plain:
-                out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal, **gqa)
+        if self.fast and not need_weights:
+            out = sdpa(q, k, v, key_padding_mask, causal, self.dropout if self.training else 0.0)
+            if out is not None:
                 return out, None
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, **gqa), None
-        k, v = self.expand_kv(k, v)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
-        mask = allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
-        out, weights = softmax_combine(scores, v, mask, dropout)
-        return out, weights if need_weights else None
+        return super().attend(q, k, v, key_padding_mask, causal, need_weights)
 
     def attend_shared(self, q, k, v, key_padding_mask, need_weights, share):
-        """On CPU in fp32, the fused kernel takes the ``share`` rows of a sentence (its beams) as more query
-        positions over the sentence's keys and values, padding mask included: one block of beams x
-        positions queries per sentence and head rather than one per beam, without copying the keys and
-        values (1.6-1.8x faster than one query per beam, docs/speed.md). A sentence's beams get the same
-        numbers alone and in any batch (with a different row count the kernel's products may round
-        differently from a single hypothesis' in the last bits). Elsewhere (CUDA, bf16, weights asked
-        for) each beam attends with its own copy of the keys and values, the layout measured there."""
-        if need_weights or q.device.type != "cpu" or q.dtype != torch.float32:
-            return super().attend_shared(q, k, v, key_padding_mask, need_weights, share)
-        heads, tgt_len = q.size(1), q.size(2)
-        # (sentences, heads, share * tgt, dim): beam j's query t is position j * tgt + t.
-        folded = q.unflatten(0, (-1, share)).transpose(1, 2).flatten(2, 3)
-        mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
-        dropout = self.dropout if self.training else 0.0
-        gqa = {}
-        if self.kv_heads != heads:
-            if SDPA_GQA:
-                gqa = {"enable_gqa": True}
-            else:
-                k, v = self.expand_kv(k, v)
-        out = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, dropout_p=dropout, **gqa)
-        return out.unflatten(2, (share, tgt_len)).transpose(1, 2).flatten(0, 1), None
-
-
-def softmax_combine(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:
-    """Masked softmax over keys (masked weights exactly 0), then the weighted sum of values."""
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
-    return F.dropout(weights, dropout, training=dropout > 0) @ v, weights
-
-
-def additive_scores(q: Tensor, k: Tensor, v_a: Tensor, chunk: int) -> Tensor:
-    """Bahdanau scores v_a[h] . tanh(q[b, h, i] + k[b, h, j]) -> (batch, heads, tgt, src).
-
-    ``q`` (batch, heads, tgt, dim) and ``k`` (batch, heads, src, dim) are already projected (W_q q,
-    W_k k); ``v_a`` is (heads, dim). Only ``chunk`` target positions are expanded at a time, so the
-    largest intermediate is (batch, heads, chunk, src, dim). When there are several chunks and
-    autograd is on, each chunk is checkpointed (its tanh recomputed in the backward pass): otherwise
-    autograd would keep every chunk's tanh and training memory would grow with the target length.
-    """
-    tgt_len = q.size(2)
-    chunks = []
-    for start in range(0, tgt_len, chunk):
-        q_chunk = q[:, :, start : start + chunk]
-        if tgt_len > chunk and torch.is_grad_enabled():
-            chunks.append(checkpoint(_score_chunk, q_chunk, k, v_a, use_reentrant=False))
-        else:
-            chunks.append(_score_chunk(q_chunk, k, v_a))
-    return chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=2)
-
-
-def _score_chunk(q: Tensor, k: Tensor, v_a: Tensor) -> Tensor:
-    hidden = torch.tanh(q[:, :, :, None, :] + k[:, :, None, :, :])  # (batch, heads, chunk, src, dim)
-    return torch.einsum("bhtsd,hd->bhts", hidden, v_a.to(hidden.dtype))
+        if self.fast and not need_weights:
+            dropout = self.dropout if self.training else 0.0
+            out = sdpa_shared(q, k, v, key_padding_mask, dropout, share)
+            if out is not None:
+                return out, None
+        return super().attend_shared(q, k, v, key_padding_mask, need_weights, share)
 
 
 class AdditiveAttention(Attention):
@@ -360,12 +330,12 @@ class AdditiveAttention(Attention):
         self.v_a = nn.Parameter(torch.empty(heads, self.score_dim))
         nn.init.normal_(self.v_a, std=self.score_dim**-0.5)
 
-    def attend(self, q, k, v, key_padding_mask, causal, need_weights):
-        k, v = self.expand_kv(k, v)
-        scores = additive_scores(q, k, self.v_a, self.chunk)
-        mask = allowed_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
-        out, weights = softmax_combine(scores, v, mask, self.dropout if self.training else 0.0)
-        return out, weights if need_weights else None
+    @classmethod
+    def options(cls, cfg: TransformerConfig) -> dict[str, Any]:
+        return {"score_dim": cfg.additive_dim or None, "chunk": cfg.additive_chunk}
+
+    def score(self, q: Tensor, k: Tensor) -> Tensor:
+        return additive_scores(q, k, self.v_a, self.chunk)
 
 
 # The kinds, by the model.self_attention/cross_attention choices (nmt.config.ATTENTION_KINDS).
@@ -375,3 +345,13 @@ ATTENTION = {"dot_product": DotProductAttention, "additive": AdditiveAttention}
 def build_attention(kind: str, d_model: int, heads: int, dropout: float, cross: bool, **kwargs) -> Attention:
     """The attention module of the named kind (config keys ``model.self_attention``/``cross_attention``)."""
     return ATTENTION[kind](d_model, heads, dropout, cross, **kwargs)
+
+
+def kind_options(kind: str, cfg: TransformerConfig) -> dict[str, Any]:
+    """The named kind's own arguments of :func:`build_attention`, from the model config."""
+    return ATTENTION[kind].options(cfg)
+
+
+def cached_key_dim(kind: str, cfg: TransformerConfig) -> int:
+    """Per-head size of the keys that a layer of the named kind caches: its score size."""
+    return kind_options(kind, cfg).get("score_dim") or cfg.d_model // cfg.heads

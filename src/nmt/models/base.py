@@ -55,7 +55,7 @@ class LazyRows:
     """``tensor.index_select(0, rows)``, not taken yet: what ``reorder`` makes of it, so that the rows
     of a tensor that the next step copies anyway are taken in that copy (a key/value cache gathers the
     new beams' rows and appends the step's keys in one copy instead of two:
-    :func:`~nmt.models.attention.gather_append`). ``rows`` None: all of them, in order."""
+    :func:`~nmt.models.kernels.gather_append`). ``rows`` None: all of them, in order."""
 
     tensor: Tensor
     rows: Tensor | None = None

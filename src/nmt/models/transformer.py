@@ -15,8 +15,9 @@ import torch
 from torch import Tensor, nn
 
 from nmt.config import TransformerConfig, check_model
-from nmt.models.attention import build_attention
+from nmt.models.attention import build_attention, cached_key_dim, kind_options
 from nmt.models.base import PerSentence, Seq2Seq, State
+from nmt.models.kernels import Dropout
 from nmt.special import PAD_ID
 
 
@@ -41,7 +42,8 @@ def kv_cache_bytes(
 
     i.e. keys and values (2 x kv_heads x head_dim when key_dim = head_dim) of the self-attention over the
     target prefix plus those of the cross-attention over the source, in every decoder layer. key_dim is
-    the head dimension, or ``additive_dim`` for an additive attention's cached W_k k. The encoder output
+    what each attention kind caches per head (:func:`cached_key_dim`: the head dimension, or
+    ``additive_dim`` for an additive attention's W_k k). The encoder output
     itself is not counted (the cross-attention caches replace it during decoding). Each hypothesis has
     its own self-attention cache; the cross-attention keys and values are kept once per sentence.
     """
@@ -49,23 +51,11 @@ def kv_cache_bytes(
     kv_heads = cfg.kv_heads or cfg.heads
 
     def per_position(kind: str) -> int:
-        key_dim = (cfg.additive_dim or head_dim) if kind == "additive" else head_dim
-        return kv_heads * (key_dim + head_dim) * dtype_bytes
+        return kv_heads * (cached_key_dim(kind, cfg) + head_dim) * dtype_bytes
 
     self_bytes = beams * tgt_positions * per_position(cfg.self_attention)
     cross_bytes = src_positions * per_position(cfg.cross_attention)
     return cfg.decoder_layers * (self_bytes + cross_bytes)
-
-
-class Dropout(nn.Dropout):
-    """``nn.Dropout`` that, on the CPU, draws its mask by comparing uniform numbers with p: PyTorch's
-    CPU ``bernoulli_`` takes about 1.7x as long, and the residual and embedding dropouts are several
-    percent of a small model's step (docs/speed.md). Elsewhere (CUDA's fused kernel) plain dropout."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0 or x.device.type != "cpu":
-            return super().forward(x)
-        return x * (torch.rand_like(x) >= self.p) * (1.0 / (1.0 - self.p))
 
 
 # The positions Embedding gives, by the model.positional choices (nmt.config.TransformerConfig).
@@ -120,9 +110,7 @@ class Residual(nn.Module):
 
 
 def _attention(kind: str, cfg: TransformerConfig, cross: bool) -> nn.Module:
-    extra: dict = {"kv_heads": cfg.kv_heads}
-    if kind == "additive":
-        extra |= {"score_dim": cfg.additive_dim or None, "chunk": cfg.additive_chunk}
+    extra: dict = {"kv_heads": cfg.kv_heads, **kind_options(kind, cfg)}
     if cfg.positional == "rope" and not cross:
         extra |= {"rope_base": cfg.rope_base, "rope_positions": cfg.max_positions}
     return build_attention(kind, cfg.d_model, cfg.heads, cfg.attention_dropout, cross, **extra)
