@@ -119,6 +119,9 @@ class ToyDataConfig(DataConfig):
     min_len: int = 3
     max_len: int = 10
     seed: int = 1234
+    # the reordering rule: swap adjacent word pairs after the lexicon mapping; false = word for word
+    # (a related task, e.g. to fine-tune a model of the swapping one)
+    swap_pairs: bool = True
 
 
 # ----------------------------------------------------------------------------------------- tokenizer
@@ -244,6 +247,13 @@ class TrainerConfig:
     keep_checkpoints: int = 5  # step_N.pt kept for averaging (written at validations and window marks)
     average_window: float = 0.2  # share of the budget at whose end keep_checkpoints step_N.pt are spread
     resume: str | None = None  # "auto" (last.pt of this run dir) or a checkpoint path
+    # A checkpoint whose weights start this run (fine-tuning, continued training): its architecture and
+    # tokenizer are kept (model.* and tokenizer.* must describe them; dropout may change), with a fresh
+    # optimizer, schedule, sampler and budget. Ignored once the run has checkpoints of its own (resume).
+    init_from: str | None = None
+    # a fine-tune warns when more than this share of its training subwords is <unk> under the parent's
+    # tokenizer (text outside the alphabet it was trained on)
+    init_unk_warning: float = 0.01
     max_bad_steps: int = 20  # consecutive non-finite losses before giving up
     num_text_examples: int = 3  # validation triples written to TensorBoard
     attention_image: bool = True  # cross-attention heatmap of a validation sentence in TensorBoard
@@ -784,6 +794,7 @@ TRAIN_RULES: dict[str, Rule] = {
         for key in ("valid_bleu_sentences", "max_bad_steps", "num_text_examples")
     },
     "trainer.average_window": SHARE,
+    "trainer.init_unk_warning": PROBABILITY,
     "optim.lr": POSITIVE,
     **{f"optim.{key}": NON_NEGATIVE for key in ("warmup_steps", "clip_norm", "weight_decay", "eps")},
     "optim.betas": (
