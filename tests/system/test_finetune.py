@@ -5,6 +5,7 @@ data is prepared; a resumed fine-tune equals an uninterrupted one; the scripts a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -16,6 +17,7 @@ from nmt.average import average_checkpoints
 from nmt.checkpoint import atomic_save, load_checkpoint, model_from_checkpoint, weights_digest
 from nmt.errors import NMTError
 from nmt.tokenizer import Tokenizer
+from nmt.training.init_from import fine_tune
 from nmt.training.loop import train
 
 pytestmark = pytest.mark.slow
@@ -63,6 +65,8 @@ def test_a_fine_tune_learns_a_related_task_that_scratch_does_not_in_as_many_upda
     assert [h["step"] for h in ckpt["progress"]["history"]] == [100]
     assert ckpt["config"]["model"]["dropout"] == 0.1 != parent_ckpt["config"]["model"]["dropout"]
     assert f"fine-tuning {parent.resolve()} (step 1000 of its run" in caplog.text
+    events = b"".join(p.read_bytes() for p in (fine.run_dir / "tb").glob("events.*"))  # hparams
+    assert b"trainer.init_from" in events and ckpt["parent"]["digest"].encode() in events
 
 
 def test_preparing_a_fine_tunes_corpus_uses_the_parents_tokenizer(toy, parent, tmp_path):
@@ -168,11 +172,11 @@ def test_an_averaged_checkpoint_is_a_parent_too(toy, toy_run, tmp_path):
 
 
 def test_a_resumed_fine_tune_continues_exactly(toy, parent, tmp_path):
-    fine_tune = (*TASK_B, *toy.short, *RESUMABLE, f"trainer.init_from={parent}")
-    straight = toy.train(tmp_path / "straight", *fine_tune, f"trainer.max_steps={STEPS}")
+    overrides = (*TASK_B, *toy.short, *RESUMABLE, f"trainer.init_from={parent}")
+    straight = toy.train(tmp_path / "straight", *overrides, f"trainer.max_steps={STEPS}")
     run_dir = tmp_path / "resumed"
-    toy.train(run_dir, *fine_tune, f"trainer.max_steps={STEPS // 2}")
-    args = [*fine_tune, f"hydra.run.dir={run_dir}", "trainer.resume=auto", f"trainer.max_steps={STEPS}"]
+    toy.train(run_dir, *overrides, f"trainer.max_steps={STEPS // 2}")
+    args = [*overrides, f"hydra.run.dir={run_dir}", "trainer.resume=auto", f"trainer.max_steps={STEPS}"]
     proc = toy.script("train.py", *toy.overrides(*args), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     output = proc.stdout + proc.stderr
@@ -187,6 +191,13 @@ def test_a_resumed_fine_tune_continues_exactly(toy, parent, tmp_path):
     assert nested_equal(resumed["optimizer"], expected["optimizer"])
     assert nested_equal(resumed["rng"], expected["rng"])
     assert resumed["parent"] == expected["parent"]
+    # resumed without init_from (its own checkpoint's tokenizer, not one trained on task B)
+    found = fine_tune(toy.config(*TASK_B), run_dir / "checkpoints" / "last.pt")
+    assert found is not None and found.record == resumed["parent"]
+    assert (
+        found.tokenizer.fingerprint
+        == Tokenizer.from_state_dict(load_checkpoint(parent)["tokenizer"]).fingerprint
+    )
 
 
 # ------------------------------------------------------------------------------- after training
@@ -194,7 +205,7 @@ def test_a_resumed_fine_tune_continues_exactly(toy, parent, tmp_path):
 
 def test_the_scripts_after_training_take_a_fine_tune(toy, parent, tmp_path):
     """run.sh's steps after training: average the fine-tune's own checkpoints, choose the final model
-    on valid, evaluate it on test; the final model still names its parent."""
+    on valid, evaluate it on test, export it to CTranslate2; the final model still names its parent."""
     run = toy.train(
         tmp_path / "run", *TASK_B, *toy.short, "trainer.max_steps=10", f"trainer.init_from={parent}"
     )
@@ -204,6 +215,10 @@ def test_the_scripts_after_training_take_a_fine_tune(toy, parent, tmp_path):
         ("select_final.py", f"run_dir={run.run_dir}"),
         ("evaluate.py", f"checkpoint={run.checkpoints / 'final.pt'}", "data.split=test", f"eval.out={hyp}"),
     ]
+    if importlib.util.find_spec("ctranslate2"):  # an optional dependency
+        steps.append(
+            ("export_ct2.py", f"checkpoint={run.checkpoints / 'final.pt'}", f"output={tmp_path / 'ct2'}")
+        )
     for script, *args in steps:
         proc = toy.script(script, *args, cwd=tmp_path)
         assert proc.returncode == 0, (script, proc.stderr)

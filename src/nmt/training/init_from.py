@@ -40,18 +40,20 @@ class FineTune:
 
 def fine_tune(cfg: TrainConfig, resume_from: Path | None) -> FineTune | None:
     """The parent of a ``trainer.init_from`` run, checked against ``cfg`` (None for other runs). A run
-    resumed from its own checkpoint keeps the tokenizer and parent that checkpoint records and no
-    longer reads ``init_from``."""
+    resumed from a fine-tune's checkpoint keeps the tokenizer and parent that checkpoint records, with
+    or without ``init_from``, which it no longer reads."""
     path = cfg.trainer.init_from
+    if resume_from is not None:
+        if path:
+            log.info(
+                "trainer.init_from=%s ignored: the run resumes from its own checkpoint %s", path, resume_from
+            )
+        own = ckpt_io.load_checkpoint(resume_from)
+        if "parent" not in own:
+            return None
+        return FineTune(Tokenizer.from_state_dict(own["tokenizer"]), own["parent"], None)
     if not path:
         return None
-    if resume_from is not None:
-        own = ckpt_io.load_checkpoint(resume_from)
-        log.info(
-            "trainer.init_from=%s ignored: the run resumes from its own checkpoint %s", path, resume_from
-        )
-        record = own.get("parent") or {"path": path}
-        return FineTune(Tokenizer.from_state_dict(own["tokenizer"]), record, None)
     parent = load_parent(path)
     check_compatible(cfg, parent, path)
     record = {"path": str(Path(path).resolve()), "step": int(parent.get("progress", {}).get("step", 0))}
