@@ -99,7 +99,7 @@ def test_a_fine_tune_that_does_not_fit_its_parent_is_refused_before_any_data(
     toy, parent, tmp_path, overrides, named
 ):
     cfg = toy.config(*overrides, f"data.cache_dir={tmp_path / 'cache'}", f"trainer.init_from={parent}")
-    with pytest.raises(NMTError, match="") as e:
+    with pytest.raises(NMTError) as e:
         train(cfg, tmp_path / "run")
     message = str(e.value)
     assert named in message and "\n" not in message, message
