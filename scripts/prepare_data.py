@@ -3,18 +3,25 @@
     python scripts/prepare_data.py data=local data.dir=../shared/data/wmt14-de-en
     python scripts/prepare_data.py experiment=toy
 
-Training prepares the data itself; running this first only separates the two steps.
+Training prepares the data itself; running this first only separates the two steps. With
+``trainer.init_from=PATH`` (a fine-tune) the corpus is encoded with that checkpoint's tokenizer, as the
+fine-tune's training run encodes it.
 """
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
 from nmt.data import format_summary, prepare_corpus
+from nmt.training.init_from import parent_tokenizer, warn_unknown
 
 
 @script_main("train")
 def main(cfg: DictConfig) -> None:
-    data = prepare_corpus(cfg.data, cfg.tokenizer, progress=True)
+    train_cfg = OmegaConf.to_object(cfg)
+    tokenizer = parent_tokenizer(train_cfg)
+    data = prepare_corpus(train_cfg.data, train_cfg.tokenizer, progress=True, tokenizer=tokenizer)
+    if tokenizer is not None:
+        warn_unknown(data, train_cfg.trainer.init_unk_warning, train_cfg.trainer.init_from)
     print(format_summary(data.summary))
 
 

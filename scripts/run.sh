@@ -6,6 +6,8 @@
 # penalties also tried on valid (default: the training config's final.alphas). E.g.
 #   bash scripts/run.sh                           # default config: WMT14 en->de through Hugging Face datasets
 #   bash scripts/run.sh experiment=multi30k_cpu   # Multi30k (fetched once, then offline), an hour on the CPU
+#   bash scripts/run.sh experiment=multi30k_cpu trainer.init_from=outputs/m30k/checkpoints/final.pt \
+#       optim.lr=1e-3 optim.warmup_steps=500   # fine-tune that model (docs/finetuning.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -64,4 +64,5 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
         last["vocab"],
         last.get("progress", {}),
         averaged_from=[str(p) for p in paths],
+        **{key: last[key] for key in ("parent",) if key in last},  # a fine-tune's parent checkpoint
     )

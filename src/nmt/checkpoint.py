@@ -119,7 +119,7 @@ def make_checkpoint(
     SentencePiece models (``Tokenizer.state_dict``), the vocabulary sizes and the training progress,
     enough to translate without the run dir. ``extra`` holds what only some checkpoints have: the
     training state to resume (``optimizer``, ``scaler``, ``sampler``, ``rng``) or where weights come
-    from (``averaged_from``)."""
+    from (``averaged_from``; a fine-tune's ``parent``: path, step and weights digest)."""
     return {
         "format": FORMAT_VERSION,
         "model": model,

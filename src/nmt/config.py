@@ -157,6 +157,9 @@ class ToyDataConfig(DataConfig):
     min_len: int = 3
     max_len: int = 10
     seed: int = 1234
+    # the reordering rule: swap adjacent word pairs after the lexicon mapping; false = word for word
+    # (a related task, e.g. to fine-tune a model of the swapping one)
+    swap_pairs: bool = True
 
 
 # ----------------------------------------------------------------------------------------- tokenizer
@@ -303,6 +306,13 @@ class TrainerConfig:
     # "auto": continue the run dir's last.pt if it has one (a re-run or a requeued job goes on), else start;
     # a checkpoint path; null: start anew. None of them writes over another run's checkpoints in the run dir.
     resume: str | None = "auto"
+    # A checkpoint whose weights start this run (fine-tuning, continued training): its architecture and
+    # tokenizer are kept (model.* and tokenizer.* must describe them; dropout may change), with a fresh
+    # optimizer, schedule, sampler and budget. Ignored once the run has checkpoints of its own (resume).
+    init_from: str | None = None
+    # a fine-tune warns when more than this share of its training subwords is <unk> under the parent's
+    # tokenizer (text outside the alphabet it was trained on)
+    init_unk_warning: float = knob(0.01, PROBABILITY)
     max_bad_steps: int = knob(20, NON_NEGATIVE)  # consecutive non-finite losses before giving up
     num_text_examples: int = knob(3, NON_NEGATIVE)  # validation triples written to TensorBoard
     attention_image: bool = True  # cross-attention heatmap of a validation sentence in TensorBoard

@@ -79,7 +79,7 @@ def choose_final(cfg: SelectConfig) -> FinalChoice:
     chosen = max(candidates, key=lambda c: (c.bleu, c.chrf))  # ties: the earlier candidate
     ckpt = load_checkpoint(chosen.checkpoint)
     config = {**ckpt["config"], "decoding": {**ckpt["config"]["decoding"], "alpha": chosen.alpha}}
-    extra = {key: ckpt[key] for key in ("averaged_from",) if key in ckpt}
+    extra = {key: ckpt[key] for key in ("averaged_from", "parent") if key in ckpt}
     final = make_checkpoint(
         ckpt["model"], config, ckpt["tokenizer"], ckpt["vocab"], ckpt["progress"], **extra
     )

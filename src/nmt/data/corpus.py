@@ -7,7 +7,8 @@ Layout under ``{cache_dir}/{name}/``::
         train.{lang}.gz                cleaned training text of BOTH languages, one sentence per line, as
                                        gzip members of whole chunks (the unit the workers encode)
         {valid,test}.{lang}            cleaned text, plain
-        tokenizer-<hash>/              SentencePiece model(s), see nmt.tokenizer.train_tokenizer
+        tokenizer-<hash>/              SentencePiece model(s), see nmt.tokenizer.train_tokenizer (none
+                                       for a fine-tune: its parent's tokenizer encodes the text)
         ids-<tokenizer fingerprint>/   {split}.{lang}.ids.npy (uint16 up to 65,536 subwords, else uint32)
                                        + .offsets.npy (int64, one more than the sentences)
         samples-<fingerprint>-<hash>/  train{k}.{lang}.*.npy: sampled segmentations of the training
@@ -96,6 +97,10 @@ class EncodedSplit:
     def __len__(self) -> int:
         return len(self.src_lengths)
 
+    def flat_ids(self, side: str) -> np.ndarray:
+        """Every sentence's ids of one side ("src" or "tgt"), back to back."""
+        return self._src_ids if side == "src" else self._tgt_ids
+
     def src(self, i: int) -> np.ndarray:
         return self._src_ids[self._src_offsets[i] : self._src_offsets[i + 1]]
 
@@ -143,15 +148,21 @@ def read_text(root: Path, split: str, lang: str) -> list[str]:
     return list(text_lines([path])) if split == "train" else read_lines(path)
 
 
-def prepare_corpus(data_cfg: DataConfig, tok_cfg: TokenizerConfig, progress: bool = True) -> PreparedData:
+def prepare_corpus(
+    data_cfg: DataConfig, tok_cfg: TokenizerConfig, progress: bool = True, tokenizer: Tokenizer | None = None
+) -> PreparedData:
     """Text, tokenizer and encoded ids for ``data_cfg.src_lang -> data_cfg.tgt_lang``, from the cache
-    when present (seconds), otherwise built and cached."""
+    when present (seconds), otherwise built and cached. ``tokenizer`` (a fine-tune's, its parent's)
+    encodes the text instead of one trained on it: the ids are cached under its fingerprint."""
     src, tgt = data_cfg.src_lang, data_cfg.tgt_lang
     if src == tgt:
         raise NMTError(f"data.src_lang and data.tgt_lang are both {src!r}")
     workers = data_workers(data_cfg)
     root = _prepare_text(data_cfg, progress)
-    tokenizer = train_tokenizer(tok_cfg, text_path(root, "train", src), text_path(root, "train", tgt), root)
+    if tokenizer is None:
+        tokenizer = train_tokenizer(
+            tok_cfg, text_path(root, "train", src), text_path(root, "train", tgt), root
+        )
     ids_dir = _encode(root, tokenizer, src, tgt, workers, progress)
     copies = (
         _sample_train(root, tokenizer, tok_cfg, src, tgt, workers, progress)

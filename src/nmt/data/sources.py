@@ -410,7 +410,7 @@ _VOWELS = "aeiou"
 
 def make_toy(cfg: ToyDataConfig) -> RawCorpus:
     """A learnable synthetic task: translate word by word through an invented lexicon, then swap
-    adjacent word pairs ("a b c d e" -> "B A D C E").
+    adjacent word pairs ("a b c d e" -> "B A D C E"; ``cfg.swap_pairs=False``: "A B C D E").
 
     Everything follows from ``cfg.seed``. The languages are always "src" and "tgt" (swap them for
     the inverse task).
@@ -425,12 +425,13 @@ def make_toy(cfg: ToyDataConfig) -> RawCorpus:
     words = _invent_words(rng, 2 * cfg.vocab_words)
     lexicon = dict(zip(words[: cfg.vocab_words], words[cfg.vocab_words :]))
     source_words = list(lexicon)
+    reorder = _swap_pairs if cfg.swap_pairs else list
     corpus: RawCorpus = {}
     for split, size in (("train", cfg.train_size), ("valid", cfg.valid_size), ("test", cfg.test_size)):
         sentences = [rng.choices(source_words, k=rng.randint(cfg.min_len, cfg.max_len)) for _ in range(size)]
         corpus[split] = {
             "src": [" ".join(s) for s in sentences],
-            "tgt": [" ".join(_swap_pairs([lexicon[w] for w in s])) for s in sentences],
+            "tgt": [" ".join(reorder([lexicon[w] for w in s])) for s in sentences],
         }
     return corpus
 

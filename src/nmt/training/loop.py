@@ -357,6 +357,7 @@ def write_checkpoints(run: Run, improved: bool, step_file: bool, rng: list[dict]
         scaler=run.scaler.state_dict(),
         sampler=run.sampler.state_dict(),
         rng=rng,  # one per rank
+        **({"parent": run.parent} if run.parent else {}),
     )
     ckpt_io.atomic_save(state, run.ckpt_dir / "last.pt")
     if improved:

@@ -28,8 +28,16 @@ def flatten(d: dict, prefix: str = "") -> dict[str, float | int | str | bool]:
 
 
 class Monitor:
-    def __init__(self, run_dir: Path, cfg: TrainConfig, enabled: bool, purge_step: int | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        cfg: TrainConfig,
+        enabled: bool,
+        purge_step: int | None = None,
+        parent: dict | None = None,
+    ):
         self.cfg = cfg
+        self.parent = parent  # a fine-tune's parent checkpoint (path, weights digest, step): an hparam too
         self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=purge_step) if enabled else None
 
     def train_scalars(self, summary: dict[str, float], step: int) -> None:
@@ -66,7 +74,8 @@ class Monitor:
         if final:  # the run's end: hyperparameters and final metrics, once per run
             metrics = {f"hparam/{k}": v for k, v in final.items() if k != "step"}
             # Through this writer (add_hparams would open another event file per call)
-            for record in hparams(flatten(to_container(self.cfg)), metrics):
+            params = flatten({**to_container(self.cfg), **({"parent": self.parent} if self.parent else {})})
+            for record in hparams(params, metrics):
                 self.writer.file_writer.add_summary(record)
             for key, value in metrics.items():
                 self.writer.add_scalar(key, value, int(final.get("step", 0)))

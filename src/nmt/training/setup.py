@@ -21,6 +21,7 @@ from nmt.errors import NMTError
 from nmt.models import Seq2Seq, build_model, count_parameters
 from nmt.training.budget import Budget, BudgetClock
 from nmt.training.distributed import Dist, broadcast_object, init_distributed
+from nmt.training.init_from import FineTune, fine_tune, start, warn_unknown
 from nmt.training.monitor import Monitor
 from nmt.training.precision import bf16_probe
 from nmt.training.schedule import learning_rate
@@ -62,6 +63,7 @@ class Run:
     progress: Progress
     clock: BudgetClock  # the budget, and how much of it is spent
     ended: str  # why a resumed run has nothing left to train ("" = it has): see ended()
+    parent: dict | None = None  # a fine-tune's parent checkpoint (trainer.init_from): path, digest, step
 
 
 # ------------------------------------------------------------------------------------------- set-up
@@ -79,9 +81,12 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         device = torch.device("cuda", dist.local_rank)
         torch.cuda.set_device(device)
     seed_everything(cfg.seed)
-    data = prepare_on_main_first(cfg, dist)
+    parent = fine_tune(cfg, resume_from)  # refuses a parent that does not fit before any data is prepared
+    data = prepare_on_main_first(cfg, dist, parent)
     tok = data.tokenizer
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).to(device)
+    if parent is not None and parent.weights is not None:
+        start(parent, model)
     seed_everything(rank_seed(cfg.seed, dist.rank))  # same initial weights, different dropout per rank
     optimizer = make_optimizer(model, cfg)
     lengths = [clipped_lengths(split, cfg.model.max_positions) for split in data.train_segmentations]
@@ -142,7 +147,11 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     # validation), hence + 1.
     writes = not done or progress.pending_validation
     monitor = Monitor(
-        run_dir, cfg, dist.is_main and writes, purge_step=progress.step + 1 if progress.step else None
+        run_dir,
+        cfg,
+        dist.is_main and writes,
+        purge_step=progress.step + 1 if progress.step else None,
+        parent=parent.record if parent else None,
     )
     return Run(
         cfg=cfg,
@@ -160,6 +169,7 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         progress=progress,
         clock=clock,
         ended=done,
+        parent=parent.record if parent else None,
     )
 
 
@@ -189,13 +199,17 @@ def rank_seed(seed: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
 
-def prepare_on_main_first(cfg: TrainConfig, dist: Dist) -> PreparedData:
-    """Rank 0 prepares (and caches) the corpus; the other ranks then read the cache."""
+def prepare_on_main_first(cfg: TrainConfig, dist: Dist, parent: FineTune | None = None) -> PreparedData:
+    """Rank 0 prepares (and caches) the corpus; the other ranks then read the cache. A fine-tune's
+    corpus is encoded with its parent's tokenizer."""
+    tokenizer = parent.tokenizer if parent else None
     if dist.is_main:
-        data = prepare_corpus(cfg.data, cfg.tokenizer, progress=True)
+        data = prepare_corpus(cfg.data, cfg.tokenizer, progress=True, tokenizer=tokenizer)
+        if parent is not None:
+            warn_unknown(data, cfg.trainer.init_unk_warning, parent.record["path"])
     broadcast_object(None, dist)  # a barrier that works on every backend
     if not dist.is_main:
-        data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
+        data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False, tokenizer=tokenizer)
     return data
 
 
