@@ -16,6 +16,7 @@ Both models get the same source ids (ours). Compared:
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +86,11 @@ def check_parity(
     ``sentences`` (with ``refs``: their scores too)."""
     transformers = require_transformers()
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval()
-    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    with (
+        warnings.catch_warnings()
+    ):  # MarianTokenizer asks for sacremoses, which only its unused normalize needs
+        warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
+        hf_tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     model = model.float().eval()
     limit = model.cfg.max_positions - 1
     sources = [ids[:limit] for ids in tokenizer.encode_src(sentences)]
