@@ -15,6 +15,7 @@ from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.config import ExportHFConfig
 from nmt.data import read_lines
 from nmt.decoding import translate_ids
+from nmt.decoding.common import length_budget
 from nmt.special import EOS_ID, PAD_ID
 
 transformers = pytest.importorskip("transformers")
@@ -32,23 +33,30 @@ VARIANTS = {
 }
 
 
-def hf_greedy_as_a_user_calls_it(folder: Path, sentences: list[str]) -> list[list[int]]:
+def hf_greedy_as_a_user_calls_it(folder: Path, sentences: list[str], budgets: list[int]) -> list[list[int]]:
+    """``generate`` on ``AutoTokenizer``'s ids, a sentence at a time with our length budget for it (the
+    start token, at most ``budget`` tokens, EOS: generate's ``max_length``)."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-    with torch.inference_mode():
-        found = model.generate(**tokenizer(sentences, return_tensors="pt", padding=True), num_beams=1)
     out = []
-    for row in found[:, 1:].tolist():  # after the decoder's start token
-        out.append([t for t in (row[: row.index(EOS_ID)] if EOS_ID in row else row) if t != PAD_ID])
+    with torch.inference_mode():
+        for sentence, budget in zip(sentences, budgets):
+            row = model.generate(
+                **tokenizer([sentence], return_tensors="pt"), num_beams=1, max_length=budget + 2
+            )
+            row = row[0, 1:].tolist()  # after the decoder's start token
+            out.append([t for t in (row[: row.index(EOS_ID)] if EOS_ID in row else row) if t != PAD_ID])
     return out
 
 
 def assert_same_greedy_output(checkpoint: Path, folder: Path, sentences: list[str]) -> None:
     model, tokenizer, cfg = model_from_checkpoint(load_checkpoint(checkpoint))
     greedy = replace(cfg.decoding, beam_size=1)
-    ours = translate_ids(model, tokenizer.encode_src(sentences), greedy, "cpu", cfg.model.max_positions)
-    theirs = hf_greedy_as_a_user_calls_it(folder, sentences)
-    assert [h[0].tokens for h in ours] == theirs
+    sources = tokenizer.encode_src(sentences)
+    ours = translate_ids(model, sources, greedy, "cpu", cfg.model.max_positions)
+    limit = cfg.model.max_positions - 1
+    budgets = [length_budget(len(s) + 1, greedy.max_len_a, greedy.max_len_b, limit) for s in sources]
+    assert [h[0].tokens for h in ours] == hf_greedy_as_a_user_calls_it(folder, sentences, budgets)
 
 
 def test_the_toy_model_exported_by_the_script(toy, toy_run, toy_text, tmp_path):

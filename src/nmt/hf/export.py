@@ -70,7 +70,12 @@ def replace_output(finished: Path, output: Path, force: bool) -> None:
         return
     aside = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.old-"))
     output.rename(aside / output.name)
-    finished.rename(output)
+    try:
+        finished.rename(output)
+    except BaseException:
+        (aside / output.name).rename(output)
+        aside.rmdir()
+        raise
     shutil.rmtree(aside)
 
 
