@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
 from nmt.evaluation import own_report
-from nmt.hf.export import export_checkpoint
+from nmt.hf.exporter import export_checkpoint
 from nmt.hf.parity import format_parity
 
 

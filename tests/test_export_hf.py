@@ -38,8 +38,8 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
 from nmt.hf.convert import BLENDERBOT, MARIAN, hf_class  # noqa: E402
-from nmt.hf.export import RECORD, check_sentences, export_checkpoint, export_model  # noqa: E402
-from nmt.hf.tokenizer import write_tokenizer  # noqa: E402
+from nmt.hf.exporter import RECORD, check_sentences, export_checkpoint, export_model  # noqa: E402
+from nmt.hf.tokenizer_files import write_tokenizer  # noqa: E402
 
 TINY = TransformerConfig(
     d_model=32, ff_dim=64, heads=4, encoder_layers=2, decoder_layers=2, max_positions=48, dropout=0.0

@@ -20,7 +20,7 @@ from nmt.special import EOS_ID, PAD_ID
 
 transformers = pytest.importorskip("transformers")
 
-from nmt.hf.export import export_checkpoint  # noqa: E402
+from nmt.hf.exporter import export_checkpoint  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")]
 

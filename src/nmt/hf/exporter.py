@@ -3,8 +3,9 @@
 The folder holds what ``AutoModelForSeq2SeqLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``
 load without custom code: ``config.json``, ``model.safetensors`` and ``generation_config.json`` (written
 by the class itself, :mod:`nmt.hf.convert` says which class and how the weights map), the tokenizer
-files (:mod:`nmt.hf.tokenizer`), a model card ``README.md`` (:mod:`nmt.hf.card`) and ``nmt_export.json``,
-the export's record (checkpoint, weights digest, tokenizer fingerprint, the parity figures).
+files (:mod:`nmt.hf.tokenizer_files`), a model card ``README.md`` (:mod:`nmt.hf.card`) and
+``nmt_export.json``, the export's record (checkpoint, weights digest, tokenizer fingerprint, the check's
+figures).
 
 It is written into a uniquely named folder beside ``output``, checked there (:mod:`nmt.hf.parity`: the
 export fails when the logits differ by more than the tolerance) and renamed to ``output`` at the end,
@@ -29,7 +30,7 @@ from nmt.errors import NMTError
 from nmt.hf.card import CardFacts, model_card
 from nmt.hf.convert import generation_config, hf_class, hf_config, hf_weights
 from nmt.hf.parity import Parity, check_parity, require_transformers
-from nmt.hf.tokenizer import write_tokenizer
+from nmt.hf.tokenizer_files import write_tokenizer
 from nmt.models import Transformer, count_parameters
 from nmt.tokenizer import Tokenizer
 
