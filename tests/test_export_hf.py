@@ -217,7 +217,7 @@ def test_card_and_record_describe_the_model_and_its_scores(spm_models, tmp_path)
     assert card.startswith("---\nlanguage:\n- src\n- tgt\n")
     assert "exported from nmt" in card and BLENDERBOT in card
     assert f"{count_parameters(model):,} parameters" in card
-    assert "bleu **40.81** (`nrefs:1|case:mixed|tok:13a`)" in card and "step 15,298" in card
+    assert "BLEU **40.81** (`nrefs:1|case:mixed|tok:13a`)" in card and "step 15,298" in card
     record = json.loads((output / RECORD).read_text())
     assert record["weights_sha256"] == weights_digest(model) and record["step"] == 15298
     assert record["tokenizer_fingerprint"] == tokenizer.fingerprint

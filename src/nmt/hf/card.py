@@ -32,6 +32,9 @@ DATA_TERMS = {
 }
 
 
+METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER"}
+
+
 @dataclass
 class CardFacts:
     """What the card says beyond the training config."""
@@ -94,8 +97,8 @@ def model_card(cfg: TrainConfig, facts: CardFacts, folder_name: str) -> str:
         "",
         f"# {src}->{tgt} translation (Transformer, exported from nmt)",
         "",
-        f"A {src}->{tgt} Transformer trained with nmt and exported from nmt (`scripts/export_hf.py`) as "
-        f"`{facts.class_name}`: stock `transformers` loads it, no custom code.",
+        f"A Transformer translating {src} to {tgt}, trained with nmt and exported from nmt "
+        f"(`scripts/export_hf.py`) as `{facts.class_name}`: stock `transformers` loads it, no custom code.",
         "",
         "## Use it",
         "",
@@ -150,7 +153,8 @@ def _evaluation(report: dict[str, Any] | None) -> list[str]:
         "",
     ]
     for score in report["scores"].values():
-        lines.append(f"- {score['name']} **{score['score']:.2f}** (`{score['signature']}`)")
+        name = METRIC_NAMES.get(score["name"], score["name"])
+        lines.append(f"- {name} **{score['score']:.2f}** (`{score['signature']}`)")
     return lines
 
 
@@ -166,7 +170,7 @@ def _training(facts: CardFacts) -> list[str]:
 def _export(parity: Parity) -> list[str]:
     n = len(parity.sentences)
     return [
-        f"Checked by the exporter on {n} sentence{'s' if n != 1 else ''}: the largest difference of the "
+        f"Checked by the exporter on {n:,} sentence{'s' if n != 1 else ''}: the largest difference of the "
         f"fp32 logits from nmt's is {parity.max_abs_diff:.1e}; greedy output identical on "
         f"{parity.identical} of {n}.",
     ]
