@@ -3,11 +3,16 @@
 - tiny randomly initialised models (seeded): a width-16 Transformer of any variant and a small RNNsearch,
   each in eval mode;
 - a task any tiny model learns in seconds: copy the source (random ids, UNK included), for the tests that
-  need a model with real preferences (some sentences right, some wrong) without a data pipeline.
+  need a model with real preferences (some sentences right, some wrong) without a data pipeline;
+- a small SentencePiece model with our special ids, trained in memory on random text (the exporters' tests).
 """
 
 from __future__ import annotations
 
+import io
+import random
+
+import sentencepiece as spm
 import torch
 
 from nmt.config import RNNSearchConfig, TransformerConfig
@@ -56,3 +61,24 @@ def train_to_copy(model: Seq2Seq, vocab: int, steps: int, lr: float = 3e-3) -> S
         loss.backward()
         optimizer.step()
     return model.eval()
+
+
+# ----------------------------------------------------------------------------------- SentencePiece
+def sentencepiece_model(seed: int, vocab_size: int) -> tuple[bytes, list[str]]:
+    """A small BPE model with our special ids, and the text it was trained on."""
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdefghijklm") for _ in range(rng.randint(2, 7))) for _ in range(80)]
+    text = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(300)]
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text),
+        model_writer=proto,
+        vocab_size=vocab_size,
+        model_type="bpe",
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        minloglevel=2,
+    )
+    return proto.getvalue(), text

@@ -677,6 +677,37 @@ class ExportCT2Config:
     shortlist: str | None = None
 
 
+# What scripts/export_hf.py translates with both models after writing, unless check.src is given:
+# Multi30k-like English (the presets translate en->de); another source language needs its own sentences.
+HF_CHECK_TEXT = [
+    "A man in a blue shirt is standing on a ladder.",
+    "Two young children are playing in the sand near the water.",
+    "A group of people are sitting at a table outside a restaurant.",
+    "A dog runs through the snow.",
+]
+
+
+@dataclass
+class HFCheckConfig:
+    """``check.*`` of scripts/export_hf.py: the exported folder, loaded by transformers, against the model."""
+
+    text: list[str] = field(default_factory=lambda: list(HF_CHECK_TEXT))  # source sentences, when no src
+    src: str | None = None  # a file of source sentences (a line each) instead of text, e.g. a test set
+    ref: str | None = None  # its references: BLEU and chrF of both greedy outputs (needs src)
+    tolerance: float = 1e-4  # the largest |logit difference| accepted (fp32); above it the export fails
+    batch_sentences: int = 64  # sentences per forward pass and per generate call
+
+
+@dataclass
+class ExportHFConfig:
+    """scripts/export_hf.py: a Transformer checkpoint as a folder that Hugging Face transformers loads."""
+
+    checkpoint: str = MISSING
+    output: str = MISSING  # the folder to write (config.json, model.safetensors, tokenizer files, README.md)
+    force: bool = False  # replace a non-empty output, which must be an earlier export (nmt_export.json)
+    check: HFCheckConfig = field(default_factory=HFCheckConfig)
+
+
 @dataclass
 class AverageConfig:
     run_dir: str | None = None  # average the newest `last` step_N.pt of this run ...
@@ -794,6 +825,7 @@ def register_configs() -> None:
     cs.store(name="average_schema", node=AverageConfig)
     cs.store(name="select_schema", node=SelectConfig)
     cs.store(name="export_ct2_schema", node=ExportCT2Config)
+    cs.store(name="export_hf_schema", node=ExportHFConfig)
     cs.store(name="serve_schema", node=ServeConfig)
     cs.store(name="benchmark_server_schema", node=ServeBenchConfig)
     cs.store(name="benchmark_ct2_schema", node=CT2SpeedConfig)

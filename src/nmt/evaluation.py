@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -222,6 +223,19 @@ def report_dir(checkpoint: Path) -> Path:
     """``<run>/eval`` for ``<run>/checkpoints/x.pt``, else ``eval/`` beside the checkpoint."""
     parent = checkpoint.resolve().parent
     return (parent.parent if parent.name == "checkpoints" else parent) / "eval"
+
+
+def own_report(checkpoint: Path, split: str) -> dict | None:
+    """The report of ``scripts/evaluate.py`` on ``split`` with the checkpoint's own decoding settings (the
+    plain-named ``<checkpoint>.<split>.beam<k>.json`` of its run) that names this very file, if any (its
+    ``step`` says which weights the file held then)."""
+    plain = re.compile(rf"{re.escape(checkpoint.stem)}\.{re.escape(split)}\.beam\d+\.json")
+    for path in sorted(report_dir(checkpoint).glob(f"{checkpoint.stem}.{split}.beam*.json")):
+        if plain.fullmatch(path.name):
+            report = json.loads(path.read_text())
+            if report.get("checkpoint") == str(checkpoint.resolve()):
+                return report
+    return None
 
 
 def run_file(checkpoint: Path, kind: str, settings: object, suffix: str) -> Path:

@@ -1,0 +1,225 @@
+"""Export a trained Transformer as a Hugging Face ``transformers`` folder (``scripts/export_hf.py``).
+
+The folder holds what ``AutoModelForSeq2SeqLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``
+load without custom code: ``config.json``, ``model.safetensors`` and ``generation_config.json`` (written
+by the class itself, :mod:`nmt.hf.convert` says which class and how the weights map), the tokenizer
+files (:mod:`nmt.hf.tokenizer_files`), a model card ``README.md`` (:mod:`nmt.hf.card`) and
+``nmt_export.json``, the export's record (checkpoint, weights digest, tokenizer fingerprint, the check's
+figures).
+
+It is written into a uniquely named folder beside ``output``, checked there (:mod:`nmt.hf.parity`: the
+export fails when the logits differ by more than the tolerance) and renamed to ``output`` at the end,
+so an interrupted or failed export leaves no folder that looks finished. An existing non-empty
+``output`` is replaced only with ``force=true`` and only when it is an earlier export (it holds
+``nmt_export.json``); a symbolic link is never followed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint, weights_digest
+from nmt.config import ExportHFConfig, HFCheckConfig, TrainConfig
+from nmt.data import read_lines
+from nmt.errors import NMTError
+from nmt.hf.card import CardFacts, model_card
+from nmt.hf.convert import generation_config, hf_class, hf_config, hf_weights
+from nmt.hf.parity import Parity, check_parity, require_transformers
+from nmt.hf.tokenizer_files import write_tokenizer
+from nmt.models import Transformer, count_parameters
+from nmt.tokenizer import Tokenizer
+
+RECORD = "nmt_export.json"  # the name the CTranslate2 export's record has too: "an export of ours"
+
+
+# ------------------------------------------------------------------------------------ the output folder
+def check_output(output: Path, force: bool) -> None:
+    """Refuse, before any work, an ``output`` that the export must not replace: a symbolic link, a file,
+    a non-empty folder without ``force``, or with it one that is not an export (no record file)."""
+    if output.is_symlink():
+        raise NMTError(f"output={output} is a symbolic link; give the folder itself")
+    if not output.exists():
+        return
+    if not output.is_dir():
+        raise NMTError(f"output={output} exists and is not a folder; choose another output")
+    if not any(output.iterdir()):
+        return
+    if not force:
+        raise NMTError(
+            f"output={output} exists and is not empty; add force=true to replace an earlier export"
+        )
+    record = output / RECORD
+    if record.is_symlink() or not record.is_file():
+        raise NMTError(
+            f"output={output} is not an export (no {RECORD}): force=true replaces only an earlier export; "
+            "remove it yourself or choose another output"
+        )
+
+
+def replace_output(finished: Path, output: Path, force: bool) -> None:
+    """Rename the ``finished`` folder (beside ``output``) to ``output``; what was there (checked again
+    now) is moved aside under a unique name first and deleted after, so nothing outside it is touched
+    and ``output`` is at every moment either the old folder or the new one."""
+    check_output(output, force)
+    if not output.exists():
+        finished.rename(output)
+        return
+    aside = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.old-"))
+    output.rename(aside / output.name)
+    try:
+        finished.rename(output)
+    except BaseException:
+        (aside / output.name).rename(output)
+        aside.rmdir()
+        raise
+    shutil.rmtree(aside)
+
+
+# ------------------------------------------------------------------------------------------- exporting
+def export_model(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    train_cfg: TrainConfig,
+    output: str | Path,
+    check: HFCheckConfig,
+    sentences: list[str],
+    refs: list[str] | None = None,
+    force: bool = False,
+    meta: dict[str, Any] | None = None,
+    test_report: dict[str, Any] | None = None,
+) -> Parity:
+    """Write ``model`` and ``tokenizer`` as a transformers folder ``output`` and check it on ``sentences``
+    (with ``refs``: their scores too); ``meta`` (``checkpoint``, ``step``) goes into the record and the
+    card, ``test_report`` (scripts/evaluate.py's on the test split) into the card."""
+    class_name = hf_class(model.cfg, tokenizer.joint)
+    output = Path(output)
+    check_output(output, force)
+    transformers = require_transformers()
+    meta = meta or {}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.tmp-"))
+    try:
+        _save_model(transformers, model, class_name, train_cfg, tmp)
+        direction = (train_cfg.data.src_lang, train_cfg.data.tgt_lang)
+        write_tokenizer(tokenizer, tmp, direction, model.cfg.max_positions)
+        parity = check_parity(
+            model, tokenizer, tmp, train_cfg.decoding, sentences, refs, check.batch_sentences
+        )
+        if parity.max_abs_diff > check.tolerance:
+            raise NMTError(
+                f"the exported model's logits differ from ours by {parity.max_abs_diff:.2e} "
+                f"(check.tolerance={check.tolerance:g}): the export is wrong for this transformers "
+                f"{transformers.__version__}"
+            )
+        checkpoint = Path(meta.get("checkpoint", "model.pt"))
+        facts = CardFacts(
+            class_name,
+            count_parameters(model),
+            model.vocab_sizes,
+            checkpoint,
+            meta.get("step"),
+            parity,
+            test_report,
+        )
+        (tmp / "README.md").write_text(model_card(train_cfg, facts, output.name), encoding="utf-8")
+        record = {
+            "format": "transformers",
+            "class": class_name,
+            "transformers_version": transformers.__version__,
+            "tokenizer_fingerprint": tokenizer.fingerprint,
+            "weights_sha256": weights_digest(model),
+            "parity": {
+                "sentences": len(parity.sentences),
+                "max_abs_logit_diff": parity.max_abs_diff,
+                "greedy_identical": parity.identical,
+            },
+            **meta,
+        }
+        (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        _readable(tmp)
+        replace_output(tmp, output, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return parity
+
+
+def _save_model(
+    transformers, model: Transformer, class_name: str, train_cfg: TrainConfig, folder: Path
+) -> None:
+    """``config.json``, ``model.safetensors`` and ``generation_config.json``, written by the class's own
+    ``save_pretrained`` (which knows which tied or recomputed weights it leaves out)."""
+    cls = getattr(transformers, class_name)
+    hf_model = cls(cls.config_class(**hf_config(model, class_name)))
+    weights = hf_weights(model, class_name)
+    expected = set(hf_model.state_dict())
+    missing, unknown = sorted(expected - set(weights)), sorted(set(weights) - expected)
+    if missing or unknown:
+        raise NMTError(
+            f"transformers {transformers.__version__}'s {class_name} has other weights than this exporter "
+            f"writes (missing: {missing[:3]}, unknown: {unknown[:3]})"
+        )
+    hf_model.load_state_dict(weights)
+    hf_model.generation_config = transformers.GenerationConfig(
+        **generation_config(train_cfg.decoding, model.cfg.max_positions)
+    )
+    hf_model.save_pretrained(folder)
+    if not (folder / "model.safetensors").is_file():
+        raise NMTError(
+            f"transformers {transformers.__version__} wrote no model.safetensors: pip install safetensors"
+        )
+
+
+def _readable(folder: Path) -> None:
+    """The permissions of a folder and files made normally (the temporary folder and some files were made
+    private to this user)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o666 & ~umask)
+
+
+def check_sentences(check: HFCheckConfig) -> tuple[list[str], list[str] | None]:
+    """The source sentences of the check (``check.src``'s lines, else ``check.text``) and their references."""
+    if check.tolerance <= 0 or check.batch_sentences < 1:
+        raise NMTError(
+            f"check.tolerance={check.tolerance:g} and check.batch_sentences={check.batch_sentences} "
+            "must be positive"
+        )
+    if check.ref and not check.src:
+        raise NMTError("check.ref needs check.src (the references' sources)")
+    sentences = read_lines(Path(check.src)) if check.src else list(check.text)
+    if not sentences:
+        raise NMTError(
+            "check.text is empty and check.src is not given: give sentences to check the export on"
+        )
+    refs = read_lines(Path(check.ref)) if check.ref else None
+    if refs is not None and len(refs) != len(sentences):
+        raise NMTError(
+            f"check.ref={check.ref} has {len(refs)} lines for the {len(sentences)} of check.src={check.src}"
+        )
+    return sentences, refs
+
+
+def export_checkpoint(cfg: ExportHFConfig, test_report: dict[str, Any] | None = None) -> Parity:
+    """``scripts/export_hf.py``: refuse what cannot be exported (before loading the weights), then export."""
+    sentences, refs = check_sentences(cfg.check)
+    ckpt = load_checkpoint(cfg.checkpoint)
+    train_cfg = checkpoint_config(ckpt)
+    joint = Tokenizer.from_state_dict(ckpt["tokenizer"]).joint
+    hf_class(train_cfg.model, joint)
+    check_output(Path(cfg.output), cfg.force)
+    model, tokenizer, train_cfg = model_from_checkpoint(ckpt, "cpu")
+    meta = {"checkpoint": str(Path(cfg.checkpoint).resolve()), "step": ckpt.get("progress", {}).get("step")}
+    if test_report is not None and test_report.get("step") != meta["step"]:
+        test_report = None  # of other weights saved under the same name earlier
+    return export_model(
+        model, tokenizer, train_cfg, cfg.output, cfg.check, sentences, refs, cfg.force, meta, test_report
+    )

@@ -1,0 +1,303 @@
+"""Hugging Face transformers export on tiny random models: every exportable variant loads in stock
+transformers as the class it maps to and computes what ours computes (logits within fp32 rounding, the
+same greedy output), what no class holds is refused in one line, the tokenizer gives our ids, and the
+output folder is replaced only when it is an earlier export. Trained toy models:
+tests/system/test_export_hf.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import sentencepiece_model
+
+from nmt.checkpoint import FORMAT_VERSION, atomic_save, weights_digest
+from nmt.config import (
+    DecodingConfig,
+    ExportHFConfig,
+    HFCheckConfig,
+    RNNSearchConfig,
+    ToyDataConfig,
+    TrainConfig,
+    TransformerConfig,
+    to_container,
+)
+from nmt.decoding import pad_batch
+from nmt.errors import NMTError
+from nmt.evaluation import own_report
+from nmt.models import Transformer, count_parameters
+from nmt.special import BOS_ID, EOS_ID, PAD_ID
+from nmt.tokenizer import Tokenizer
+
+transformers = pytest.importorskip("transformers")
+# MarianTokenizer recommends sacremoses for a normalisation that its tokenization never calls.
+pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+
+from nmt.hf.convert import BLENDERBOT, MARIAN, hf_class  # noqa: E402
+from nmt.hf.exporter import RECORD, check_sentences, export_checkpoint, export_model  # noqa: E402
+from nmt.hf.tokenizer_files import write_tokenizer  # noqa: E402
+
+TINY = TransformerConfig(
+    d_model=32, ff_dim=64, heads=4, encoder_layers=2, decoder_layers=2, max_positions=48, dropout=0.0
+)
+# A random model never ends early: every sentence runs to this budget, where EOS is forced.
+DECODING = DecodingConfig(beam_size=3, max_len_a=1.0, max_len_b=2)
+
+
+@pytest.fixture(scope="module")
+def spm_models() -> dict:
+    src, text = sentencepiece_model(0, 90)
+    tgt, _ = sentencepiece_model(1, 70)
+    return {"joint": Tokenizer(src), "separate": Tokenizer(src, tgt), "text": text}
+
+
+def random_model(cfg: TransformerConfig, tokenizer: Tokenizer, seed: int = 0) -> Transformer:
+    """Random weights, layer norms and biases included (initialised to 1 and 0), so all are checked."""
+    torch.manual_seed(seed)
+    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.normal_(1.0, 0.2)
+                module.bias.normal_(0.0, 0.2)
+            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0.0, 0.2)
+    return model.eval()
+
+
+def train_config(model_cfg, decoding: DecodingConfig = DECODING) -> TrainConfig:
+    return TrainConfig(data=ToyDataConfig(), model=model_cfg, decoding=decoding)
+
+
+def check_text(spm_models) -> list[str]:
+    """Sentences of different lengths (padded batches), one long enough for positions far from 0."""
+    text = spm_models["text"]
+    return [*text[:8], " ".join(text[20:30])]
+
+
+def export(spm_models, tmp_path: Path, cfg=TINY, vocab: str = "joint", **kwargs):
+    tokenizer = spm_models[vocab]
+    model = random_model(cfg, tokenizer)
+    kwargs = {"check": HFCheckConfig(), "sentences": check_text(spm_models), **kwargs}
+    output = kwargs.pop("output", tmp_path / "hf")
+    parity = export_model(model, tokenizer, train_config(cfg), output, **kwargs)
+    return model, tokenizer, output, parity
+
+
+# --------------------------------------------------------------------------------------- variants
+VARIANTS = {
+    "pre-norm-sinusoidal": ({}, "joint", BLENDERBOT),
+    "pre-norm-learned": ({"positional": "learned"}, "joint", BLENDERBOT),
+    "pre-norm-gqa": ({"kv_heads": 2}, "joint", BLENDERBOT),
+    "post-norm-sinusoidal": ({"norm_first": False}, "joint", MARIAN),
+    "post-norm-separate-vocabularies": ({"norm_first": False}, "separate", MARIAN),
+    "post-norm-mqa": ({"norm_first": False, "kv_heads": 1}, "joint", MARIAN),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_exported_variant_loads_as_its_class_and_computes_what_ours_computes(spm_models, tmp_path, variant):
+    settings, vocab, class_name = VARIANTS[variant]
+    cfg = replace(TINY, **settings)
+    model, tokenizer, output, parity = export(spm_models, tmp_path, cfg, vocab)
+
+    assert parity.max_abs_diff < 1e-4
+    assert parity.identical == len(parity.sentences) and not parity.differences
+    assert not parity.tokenizer_mismatches and not parity.text_mismatches
+    assert json.loads((output / "config.json").read_text())["architectures"] == [class_name]
+    # Independently of the exporter's own check: the stock class, loaded from the folder.
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(output).eval()
+    assert type(hf_model).__name__ == class_name
+    text = check_text(spm_models)
+    limit = cfg.max_positions - 1
+    src = pad_batch([s[:limit] for s in tokenizer.encode_src(text)], "cpu")
+    targets = [t[:limit] for t in tokenizer.encode_tgt(text[::-1])]
+    tgt_in = pad_batch([[BOS_ID, *t[:-1]] for t in targets], "cpu")  # BOS, the target, padding
+    with torch.no_grad():
+        ours = model(src, tgt_in)
+        theirs = hf_model(input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_in).logits
+    real = tgt_in.ne(PAD_ID) & tgt_in.ne(EOS_ID)
+    assert torch.allclose(ours[real], theirs[real], atol=1e-4)
+
+
+# -------------------------------------------------------------------------------------- refusals
+REFUSED = {
+    "rope": (replace(TINY, positional="rope"), True, "model.positional='rope'"),
+    "additive-self": (replace(TINY, self_attention="additive"), True, "model.self_attention='additive'"),
+    "additive-cross": (replace(TINY, cross_attention="additive"), True, "model.cross_attention='additive'"),
+    "rnnsearch": (RNNSearchConfig(), True, "model.arch='rnnsearch'"),
+    "untied": (replace(TINY, share_embeddings=False), True, "model.share_embeddings=false"),
+    "pre-norm-separate": (TINY, False, "tokenizer.joint=false with model.norm_first=true"),
+    "post-norm-learned": (
+        replace(TINY, norm_first=False, positional="learned"),
+        True,
+        "model.positional='learned' with model.norm_first=false",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_what_no_stock_class_holds_is_refused_in_one_line(case):
+    cfg, joint, setting = REFUSED[case]
+    with pytest.raises(NMTError) as e:
+        hf_class(cfg, joint)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(f"{setting} cannot be exported to transformers: ")
+    assert "train with" in message or "exports" in message  # and says which settings would export
+
+
+@pytest.mark.parametrize(
+    "cfg", [replace(TINY, positional="rope"), RNNSearchConfig()], ids=["rope", "rnnsearch"]
+)
+def test_script_refuses_before_loading_the_weights(spm_models, tmp_path, cfg):
+    """The checkpoint holds no weights at all: the refusal comes first, and nothing is written."""
+    path = tmp_path / "ckpt.pt"
+    atomic_save(
+        {
+            "format": FORMAT_VERSION,
+            "model": {},
+            "config": to_container(TrainConfig(data=ToyDataConfig(), model=cfg)),
+            "tokenizer": spm_models["joint"].state_dict(),
+            "progress": {"step": 7},
+        },
+        path,
+    )
+    with pytest.raises(NMTError, match="cannot be exported to transformers"):
+        export_checkpoint(ExportHFConfig(checkpoint=str(path), output=str(tmp_path / "hf")))
+    assert not (tmp_path / "hf").exists()
+
+
+# ------------------------------------------------------------------------------------- tokenizer
+@pytest.mark.parametrize("vocab", ["joint", "separate"])
+def test_auto_tokenizer_gives_our_ids_and_text(spm_models, tmp_path, vocab):
+    tokenizer = spm_models[vocab]
+    write_tokenizer(tokenizer, tmp_path, ("src", "tgt"), max_positions=48)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    text = spm_models["text"][:20]
+    assert hf_tokenizer(text).input_ids == [[*ids, EOS_ID] for ids in tokenizer.encode_src(text)]
+    targets = tokenizer.encode_tgt(text)
+    assert hf_tokenizer(text_target=text).input_ids == [[*ids, EOS_ID] for ids in targets]
+    assert hf_tokenizer.batch_decode(targets, skip_special_tokens=True) == tokenizer.decode_tgt(targets)
+
+
+# ------------------------------------------------------------------------------ files and the card
+def test_generation_config_holds_our_ids_and_decoding_settings(spm_models, tmp_path):
+    decoding = replace(DECODING, beam_size=4, no_unk=True, no_repeat_ngram=3)
+    tokenizer = spm_models["joint"]
+    export_model(
+        random_model(TINY, tokenizer),
+        tokenizer,
+        train_config(TINY, decoding),
+        tmp_path / "hf",
+        HFCheckConfig(),
+        check_text(spm_models),
+    )
+    generation = transformers.GenerationConfig.from_pretrained(tmp_path / "hf")
+    assert (generation.decoder_start_token_id, generation.eos_token_id, generation.pad_token_id) == (2, 3, 0)
+    assert sorted(generation.suppress_tokens) == [0, 1, 2]  # PAD, BOS, and UNK with no_unk
+    assert (generation.num_beams, generation.no_repeat_ngram_size) == (4, 3)
+    assert generation.max_length == TINY.max_positions + 1 and generation.forced_eos_token_id == EOS_ID
+
+
+def test_card_and_record_describe_the_model_and_its_scores(spm_models, tmp_path):
+    report = {
+        "test_set": "test",
+        "sentences": 1000,
+        "decoding": {"beam_size": 5, "alpha": 1.5},
+        "scores": {"bleu": {"name": "bleu", "score": 40.81, "signature": "nrefs:1|case:mixed|tok:13a"}},
+    }
+    meta = {"checkpoint": str(tmp_path / "final.pt"), "step": 15298}
+    model, tokenizer, output, _ = export(spm_models, tmp_path, meta=meta, test_report=report)
+    card = (output / "README.md").read_text()
+    assert card.startswith("---\nlanguage:\n- src\n- tgt\n")
+    assert "exported from nmt" in card and BLENDERBOT in card
+    assert f"{count_parameters(model):,} parameters" in card
+    assert "BLEU **40.81** (`nrefs:1|case:mixed|tok:13a`)" in card and "step 15,298" in card
+    record = json.loads((output / RECORD).read_text())
+    assert record["weights_sha256"] == weights_digest(model) and record["step"] == 15298
+    assert record["tokenizer_fingerprint"] == tokenizer.fingerprint
+
+
+def test_own_report_is_the_checkpoints_plain_test_evaluation(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "eval").mkdir()
+    checkpoint = run / "checkpoints" / "final.pt"
+    mine = {"checkpoint": str(checkpoint.resolve()), "step": 3}
+    (run / "eval" / "final.test.beam5.alpha1.json").write_text(json.dumps({**mine, "step": 1}))
+    (run / "eval" / "final.test.beam5.ct2.json").write_text(json.dumps({**mine, "step": 2}))
+    assert own_report(checkpoint, "test") is None  # other settings, another backend: not its own
+    (run / "eval" / "final.test.beam5.json").write_text(json.dumps(mine))
+    assert own_report(checkpoint, "test") == mine
+    assert own_report(run / "checkpoints" / "best.pt", "test") is None
+
+
+def test_check_sentences_are_validated():
+    assert check_sentences(HFCheckConfig(text=["a b"])) == (["a b"], None)
+    with pytest.raises(NMTError, match="check.ref needs check.src"):
+        check_sentences(HFCheckConfig(ref="refs.txt"))
+    with pytest.raises(NMTError, match="check.text is empty"):
+        check_sentences(HFCheckConfig(text=[]))
+
+
+# ----------------------------------------------------------------------------- the output folder
+FEW = ["abc def", "ghi"]  # what these tests check is the folder, not the translations
+
+
+def leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_output_is_replaced_only_when_it_is_an_earlier_export(spm_models, tmp_path, sentences=FEW):
+    output = tmp_path / "hf"
+    output.mkdir()
+    (output / "notes.txt").write_text("mine")
+    with pytest.raises(NMTError, match="add force=true"):
+        export(spm_models, tmp_path, sentences=FEW)
+    with pytest.raises(NMTError, match=f"not an export \\(no {RECORD}\\)"):
+        export(spm_models, tmp_path, force=True, sentences=FEW)
+    assert [p.name for p in output.iterdir()] == ["notes.txt"]
+
+    (output / "notes.txt").unlink()  # an empty folder is filled
+    export(spm_models, tmp_path, sentences=FEW)
+    (output / "stale.bin").write_text("from the earlier export")
+    with pytest.raises(NMTError, match="add force=true"):
+        export(spm_models, tmp_path, sentences=FEW)
+    export(spm_models, tmp_path, force=True, sentences=FEW)
+    assert not (output / "stale.bin").exists() and (output / RECORD).is_file()
+    assert leftovers(tmp_path) == []
+    assert oct(output.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
+
+
+def test_a_symbolic_link_is_never_followed(spm_models, tmp_path):
+    target = tmp_path / "elsewhere"
+    export(spm_models, tmp_path, output=target, sentences=FEW)
+    (tmp_path / "hf").symlink_to(target, target_is_directory=True)
+    before = sorted(p.name for p in target.iterdir())
+    with pytest.raises(NMTError, match="symbolic link"):
+        export(spm_models, tmp_path, force=True, sentences=FEW)
+    assert sorted(p.name for p in target.iterdir()) == before
+
+
+def test_a_failed_check_leaves_the_earlier_export_and_no_temporary_folder(spm_models, tmp_path):
+    """Marian's recomputed table rounds differently from ours (about 1e-6): a tolerance below that fails."""
+    post_norm = replace(TINY, norm_first=False)
+    export(spm_models, tmp_path, post_norm, sentences=FEW)
+    record = (tmp_path / "hf" / RECORD).read_text()
+    with pytest.raises(NMTError, match="logits differ from ours"):
+        export(
+            spm_models, tmp_path, post_norm, check=HFCheckConfig(tolerance=1e-12), force=True, sentences=FEW
+        )
+    assert (tmp_path / "hf" / RECORD).read_text() == record
+    assert leftovers(tmp_path) == []
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
