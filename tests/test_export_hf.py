@@ -257,10 +257,9 @@ def test_output_is_replaced_only_when_it_is_an_earlier_export(spm_models, tmp_pa
     output = tmp_path / "hf"
     output.mkdir()
     (output / "notes.txt").write_text("mine")
-    with pytest.raises(NMTError, match="add force=true"):
-        export(spm_models, tmp_path, sentences=FEW)
-    with pytest.raises(NMTError, match=f"not an export \\(no {RECORD}\\)"):
-        export(spm_models, tmp_path, force=True, sentences=FEW)
+    for force in (False, True):  # a folder the exporter did not write is never replaced
+        with pytest.raises(NMTError, match=f"did not write \\(no {RECORD}\\)"):
+            export(spm_models, tmp_path, force=force, sentences=FEW)
     assert [p.name for p in output.iterdir()] == ["notes.txt"]
 
     (output / "notes.txt").unlink()  # an empty folder is filled

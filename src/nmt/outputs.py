@@ -67,6 +67,8 @@ def check_output_dir(output: str | Path, record: str, force: bool, writer: str) 
         return
     if not output.is_dir():
         raise NMTError(f"output={output} is a file, not a directory of {writer}; choose another output")
+    if not any(output.iterdir()):
+        return  # an empty directory (made for the output) holds nothing to lose
     marker = output / record
     if marker.is_symlink() or not marker.is_file():
         raise NMTError(

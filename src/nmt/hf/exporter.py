@@ -4,22 +4,20 @@ The folder holds what ``AutoModelForSeq2SeqLM.from_pretrained`` and ``AutoTokeni
 load without custom code: ``config.json``, ``model.safetensors`` and ``generation_config.json`` (written
 by the class itself, :mod:`nmt.hf.convert` says which class and how the weights map), the tokenizer
 files (:mod:`nmt.hf.tokenizer_files`), a model card ``README.md`` (:mod:`nmt.hf.card`) and
-``nmt_export.json``, the export's record (checkpoint, weights digest, tokenizer fingerprint, the check's
+``nmt_hf_export.json``, the export's record (checkpoint, weights digest, tokenizer fingerprint, the check's
 figures).
 
 It is written into a uniquely named folder beside ``output``, checked there (:mod:`nmt.hf.parity`: the
 export fails when the logits differ by more than the tolerance) and renamed to ``output`` at the end,
 so an interrupted or failed export leaves no folder that looks finished. An existing non-empty
 ``output`` is replaced only with ``force=true`` and only when it is an earlier export (it holds
-``nmt_export.json``); a symbolic link is never followed.
+``nmt_hf_export.json``); a symbolic link is never followed (:func:`nmt.outputs.replace_output_dir`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,52 +30,11 @@ from nmt.hf.convert import generation_config, hf_class, hf_config, hf_weights
 from nmt.hf.parity import Parity, check_parity, require_transformers
 from nmt.hf.tokenizer_files import write_tokenizer
 from nmt.models import Transformer, count_parameters
+from nmt.outputs import check_output_dir, replace_output_dir
 from nmt.tokenizer import Tokenizer
 
-RECORD = "nmt_export.json"  # the name the CTranslate2 export's record has too: "an export of ours"
-
-
-# ------------------------------------------------------------------------------------ the output folder
-def check_output(output: Path, force: bool) -> None:
-    """Refuse, before any work, an ``output`` that the export must not replace: a symbolic link, a file,
-    a non-empty folder without ``force``, or with it one that is not an export (no record file)."""
-    if output.is_symlink():
-        raise NMTError(f"output={output} is a symbolic link; give the folder itself")
-    if not output.exists():
-        return
-    if not output.is_dir():
-        raise NMTError(f"output={output} exists and is not a folder; choose another output")
-    if not any(output.iterdir()):
-        return
-    if not force:
-        raise NMTError(
-            f"output={output} exists and is not empty; add force=true to replace an earlier export"
-        )
-    record = output / RECORD
-    if record.is_symlink() or not record.is_file():
-        raise NMTError(
-            f"output={output} is not an export (no {RECORD}): force=true replaces only an earlier export; "
-            "remove it yourself or choose another output"
-        )
-
-
-def replace_output(finished: Path, output: Path, force: bool) -> None:
-    """Rename the ``finished`` folder (beside ``output``) to ``output``; what was there (checked again
-    now) is moved aside under a unique name first and deleted after, so nothing outside it is touched
-    and ``output`` is at every moment either the old folder or the new one."""
-    check_output(output, force)
-    if not output.exists():
-        finished.rename(output)
-        return
-    aside = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.old-"))
-    output.rename(aside / output.name)
-    try:
-        finished.rename(output)
-    except BaseException:
-        (aside / output.name).rename(output)
-        aside.rmdir()
-        raise
-    shutil.rmtree(aside)
+RECORD = "nmt_hf_export.json"  # the record of an export: force=true replaces only a folder holding it
+WRITER = "scripts/export_hf.py"
 
 
 # ------------------------------------------------------------------------------------------- exporting
@@ -98,12 +55,10 @@ def export_model(
     card, ``test_report`` (scripts/evaluate.py's on the test split) into the card."""
     class_name = hf_class(model.cfg, tokenizer.joint)
     output = Path(output)
-    check_output(output, force)
+    check_output_dir(output, RECORD, force, WRITER)
     transformers = require_transformers()
     meta = meta or {}
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.tmp-"))
-    try:
+    with replace_output_dir(output, RECORD, force, WRITER) as tmp:
         _save_model(transformers, model, class_name, train_cfg, tmp)
         direction = (train_cfg.data.src_lang, train_cfg.data.tgt_lang)
         write_tokenizer(tokenizer, tmp, direction, model.cfg.max_positions)
@@ -142,10 +97,6 @@ def export_model(
         }
         (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
         _readable(tmp)
-        replace_output(tmp, output, force)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return parity
 
 
@@ -215,7 +166,7 @@ def export_checkpoint(cfg: ExportHFConfig, test_report: dict[str, Any] | None = 
     train_cfg = checkpoint_config(ckpt)
     joint = Tokenizer.from_state_dict(ckpt["tokenizer"]).joint
     hf_class(train_cfg.model, joint)
-    check_output(Path(cfg.output), cfg.force)
+    check_output_dir(Path(cfg.output), RECORD, cfg.force, WRITER)
     model, tokenizer, train_cfg = model_from_checkpoint(ckpt, "cpu")
     meta = {"checkpoint": str(Path(cfg.checkpoint).resolve()), "step": ckpt.get("progress", {}).get("step")}
     if test_report is not None and test_report.get("step") != meta["step"]:
