@@ -82,3 +82,18 @@ def sentencepiece_model(seed: int, vocab_size: int) -> tuple[bytes, list[str]]:
         minloglevel=2,
     )
     return proto.getvalue(), text
+
+
+def random_model(cfg: TransformerConfig, tokenizer, seed: int = 0) -> Transformer:
+    """Random weights, layer norms and biases included (initialised to 1 and 0), so an export's mapping of
+    every one is checked."""
+    torch.manual_seed(seed)
+    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.normal_(1.0, 0.2)
+                module.bias.normal_(0.0, 0.2)
+            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0.0, 0.2)
+    return model.eval()

@@ -1,17 +1,15 @@
 """Checkpoints: atomic writes, no code execution on load, clear mismatch errors, averaging."""
 
 import functools
-import io
 import os
 import pickle
-import random
 import shlex
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
 import torch
+from helpers import sentencepiece_model
 
 from nmt.average import average_checkpoints, last_checkpoints
 from nmt.checkpoint import (
@@ -41,21 +39,7 @@ def tiny(cfg: TransformerConfig = TINY, vocab: int = VOCAB, seed: int = 0) -> Tr
 @functools.cache
 def sentencepiece(seed: int = 0) -> Tokenizer:
     """A joint BPE model of VOCAB pieces; another ``seed``, another model of the same size."""
-    rng = random.Random(seed)
-    words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 6))) for _ in range(50)]
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter([" ".join(rng.choices(words, k=8)) for _ in range(200)]),
-        model_writer=proto,
-        vocab_size=VOCAB,
-        model_type="bpe",
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
-        minloglevel=2,
-    )
-    return Tokenizer(proto.getvalue())
+    return Tokenizer(sentencepiece_model(seed, VOCAB)[0])
 
 
 def checkpoint(

@@ -78,16 +78,21 @@ def test_a_key_under_a_null_section_asks_for_the_section():
     check_overrides("distill", ["teacher=a.pt", "data=local", "data.src_lang=de"])
 
 
-def test_translate_refuses_a_typo_before_the_model_loads(tmp_path):
-    """The checkpoint does not exist: an error about it would mean the typo got past the start."""
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts/translate.py"), "checkpoint=missing.pt", "+decoding.beam=3"],
-        cwd=tmp_path,
+def run_script(cwd: Path, script: str, *args: str) -> subprocess.CompletedProcess:
+    """``python scripts/<script>.py <args>`` run from ``cwd``, with a line on its standard input."""
+    return subprocess.run(
+        [sys.executable, str(REPO / f"scripts/{script}.py"), *args],
+        cwd=cwd,
         input="a b c\n",
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_translate_refuses_a_typo_before_the_model_loads(tmp_path):
+    """The checkpoint does not exist: an error about it would mean the typo got past the start."""
+    result = run_script(tmp_path, "translate", "checkpoint=missing.pt", "+decoding.beam=3")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "error: decoding.beam: no such setting; did you mean decoding.beam_size? (--help lists them)"
@@ -114,14 +119,7 @@ def test_translate_refuses_a_typo_before_the_model_loads(tmp_path):
 )
 def test_every_script_refuses_a_bad_value_before_any_work_in_one_line(tmp_path, script, args, message):
     """The checkpoint does not exist, the toy corpus is not prepared: the setting's error comes first."""
-    result = subprocess.run(
-        [sys.executable, str(REPO / f"scripts/{script}.py"), *args, f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=tmp_path,
-        input="a b c\n",
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_script(tmp_path, script, *args, f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [f"error: {message}"]
     assert not (tmp_path / "data").exists() and not (tmp_path / "run" / "checkpoints").exists()

@@ -5,7 +5,6 @@ Decoding agreement on a trained model: tests/system/test_ct2_decoding.py."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import random
@@ -15,8 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
 import torch
+from helpers import random_model, sentencepiece_model
 
 from nmt.benchmark import format_report, run_benchmark
 from nmt.benchmark.ct2_speed import VARIANTS, compare_with_direct, format_direct, parse_layout
@@ -50,25 +49,6 @@ TINY = TransformerConfig(
 )
 
 
-def sentencepiece_model(seed: int, vocab_size: int) -> tuple[bytes, list[str]]:
-    """A small BPE model with our special ids, and the text it was trained on."""
-    rng = random.Random(seed)
-    words = ["".join(rng.choice("abcdefghijklm") for _ in range(rng.randint(2, 7))) for _ in range(80)]
-    text = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(300)]
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(text),
-        model_writer=proto,
-        vocab_size=vocab_size,
-        model_type="bpe",
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
-        minloglevel=2,
-    )
-    return proto.getvalue(), text
-
 
 @pytest.fixture(scope="module")
 def spm_models() -> dict:
@@ -76,19 +56,6 @@ def spm_models() -> dict:
     tgt, _ = sentencepiece_model(1, 70)
     return {"joint": Tokenizer(src), "separate": Tokenizer(src, tgt), "text": text}
 
-
-def random_model(cfg: TransformerConfig, tokenizer: Tokenizer, seed: int = 0) -> Transformer:
-    """Random weights, including layer norms and biases (initialised to 1 and 0), so all are checked."""
-    torch.manual_seed(seed)
-    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.normal_(1.0, 0.2)
-                module.bias.normal_(0.0, 0.2)
-            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
-                module.bias.normal_(0.0, 0.2)
-    return model.eval()
 
 
 def torch_log_probs(model: Transformer, src: list[int], tgt: list[int]) -> list[float]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import sentencepiece_model
+from helpers import random_model, sentencepiece_model
 
 from nmt.checkpoint import FORMAT_VERSION, atomic_save, weights_digest
 from nmt.config import (
@@ -29,7 +29,7 @@ from nmt.config import (
 from nmt.decoding import pad_batch
 from nmt.errors import NMTError
 from nmt.evaluation import own_report
-from nmt.models import Transformer, count_parameters
+from nmt.models import count_parameters
 from nmt.special import BOS_ID, EOS_ID, PAD_ID
 from nmt.tokenizer import Tokenizer
 
@@ -54,19 +54,6 @@ def spm_models() -> dict:
     tgt, _ = sentencepiece_model(1, 70)
     return {"joint": Tokenizer(src), "separate": Tokenizer(src, tgt), "text": text}
 
-
-def random_model(cfg: TransformerConfig, tokenizer: Tokenizer, seed: int = 0) -> Transformer:
-    """Random weights, layer norms and biases included (initialised to 1 and 0), so all are checked."""
-    torch.manual_seed(seed)
-    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.normal_(1.0, 0.2)
-                module.bias.normal_(0.0, 0.2)
-            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
-                module.bias.normal_(0.0, 0.2)
-    return model.eval()
 
 
 def train_config(model_cfg, decoding: DecodingConfig = DECODING) -> TrainConfig:

@@ -69,11 +69,12 @@ def _remove_abandoned(path: Path) -> None:
     hosts' folders (a shared filesystem) are theirs to clean."""
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.tmp-{glob.escape(socket.gethostname())}-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host is still there (another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

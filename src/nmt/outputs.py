@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from nmt.cache import process_alive
 from nmt.errors import NMTError
 
 # ------------------------------------------------------------------------------------------ output files
@@ -126,15 +127,6 @@ def _remove_abandoned(output: Path) -> None:
         if not tmp.name.startswith(prefix) or tmp.is_symlink() or not tmp.is_dir():
             continue
         pid = tmp.name[len(prefix) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

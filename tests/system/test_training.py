@@ -104,17 +104,22 @@ def test_resuming_in_a_new_process_continues_exactly(toy, straight, tmp_path):
 
     expected = load_checkpoint(straight.checkpoints / "last.pt")
     resumed = load_checkpoint(run_dir / "checkpoints" / "last.pt")
-    # step, epoch, validation history, best, ...: all but the wall-clock time
-    assert without_time(resumed["progress"]) == without_time(expected["progress"])
-    assert resumed["sampler"] == expected["sampler"]
-    assert weights_equal(resumed["model"], expected["model"])
-    assert nested_equal(resumed["optimizer"], expected["optimizer"])
-    assert nested_equal(resumed["rng"], expected["rng"])
+    assert_continues_exactly(resumed, expected)
     assert expected["progress"]["epoch"] >= 1  # the resumed part crossed into the next epoch
 
 
 def without_time(progress: dict) -> dict:
     return {k: v for k, v in progress.items() if k != "elapsed_s"}
+
+
+def assert_continues_exactly(resumed: dict, expected: dict) -> None:
+    """A resumed run's checkpoint equals the uninterrupted run's bit for bit: step, epoch, validation
+    history, best, ... (all but the wall-clock time), sampler, weights, optimizer and RNG states."""
+    assert without_time(resumed["progress"]) == without_time(expected["progress"])
+    assert resumed["sampler"] == expected["sampler"]
+    assert weights_equal(resumed["model"], expected["model"])
+    assert nested_equal(resumed["optimizer"], expected["optimizer"])
+    assert nested_equal(resumed["rng"], expected["rng"])
 
 
 class FakeClock:
