@@ -38,7 +38,7 @@ from nmt.config import (
     merge_decoding,
 )
 from nmt.decoding import Hypothesis, batch_source_tokens, hypothesis, length_sorted_batches
-from nmt.decoding.common import length_budget
+from nmt.decoding.common import budget_for_source
 from nmt.devices import usable_cores
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, count_parameters
@@ -247,7 +247,7 @@ class Translator:
             raise NMTError(f"{len(prefixes)} target prefixes for {len(ids)} sources: give one per source")
         out = self.encode_targets(prefixes, first_line, "target prefix", item)
         for i, (source, prefix) in enumerate(zip(ids, out)):
-            budget = length_budget(len(source) + 1, decoding.max_len_a, decoding.max_len_b, self.max_source)
+            budget = budget_for_source(len(source), decoding, self.max_source)
             if len(prefix) > budget:
                 raise NMTError(
                     f"{where(i, first_line, item)}: the target prefix has {len(prefix)} subwords, more "
@@ -299,9 +299,9 @@ class Translator:
         model's, whichever backend decodes (CTranslate2's own state is of the same shapes)."""
         sizes = []
         for seq in ids:
-            src = min(len(seq), self.max_source) + 1  # EOS
-            budget = length_budget(src, decoding.max_len_a, decoding.max_len_b, self.max_source)
-            sizes.append(self.model.search_bytes(src, budget + 1, decoding.beam_size))  # BOS and the output
+            src = min(len(seq), self.max_source)
+            budget = budget_for_source(src, decoding, self.max_source)
+            sizes.append(self.model.search_bytes(src + 1, budget + 1, decoding.beam_size))  # +EOS; +BOS
         return sizes
 
     def translate(
