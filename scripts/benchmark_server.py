@@ -20,13 +20,12 @@ from nmt.benchmark.service_speed import (
     Server,
     benchmark_direct,
     benchmark_service,
-    cpu_count,
     format_rows,
     serve_command,
 )
 from nmt.cli import script_main
 from nmt.ct2.backend import CT2Backend
-from nmt.devices import select_device
+from nmt.devices import select_device, usable_cores
 from nmt.evaluation import evaluation_text
 from nmt.serve.live import free_port
 from nmt.translator import Translator
@@ -41,7 +40,7 @@ def main(cfg: DictConfig) -> None:
     translator = Translator.from_checkpoint(cfg.checkpoint, device)  # the sentences and their ids
     sentences = [s for s in evaluation_text(cfg, translator.cfg)[0] if s.strip()]
     decoding = translator.decoding_with(cfg.decoding)
-    workers = cfg.serve.workers or (cpu_count() if device.type == "cpu" else 1)
+    workers = cfg.serve.workers or (usable_cores() if device.type == "cpu" else 1)
     port = free_port()
     with Server(serve_command(SERVE, cfg, port, cfg.serve, cfg.decoding), port) as server:
         rows = benchmark_service(server.url, sentences, cfg.clients, cfg.sentences, cfg.requests)

@@ -24,6 +24,7 @@ from nmt.decoding import (
     search,
     translate_ids,
 )
+from nmt.decoding.common import budget_for_source, max_lengths
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, Transformer, kernels
 from nmt.models import attention as attention_module
@@ -668,6 +669,18 @@ def test_an_empty_source_with_a_prefix_is_decoded(model, sources):
     out = translate_ids(model, [[], [], sources[0]], cfg, "cpu", 64, prefixes=[[], [6, 7], [6, 7]])
     assert out[0][0].tokens == [] and out[0][0].log_prob == 0.0
     assert out[1][0].tokens[:2] == [6, 7] and out[1][0].log_prob < 0
+
+
+def test_the_prefix_budget_checked_up_front_is_the_one_each_search_stops_at():
+    """A prefix is refused before decoding (Translator.encode_prefixes, translate_ids) by the budget its
+    batch's search then enforces, capped sources included."""
+    cfg = DecodingConfig(max_len_a=1.2, max_len_b=10)
+    sources = [[5, 6, 7, 8], [5], [9, 10], [], [5] * 30]
+    for limit in (8, 12, 64):
+        up_front = [budget_for_source(len(s[:limit]), cfg, limit) for s in sources]
+        batch = pad_batch([s[:limit] for s in sources], "cpu")
+        assert up_front == max_lengths(batch, cfg.max_len_a, cfg.max_len_b, limit)
+    assert budget_for_source(2, cfg, 64) == 13  # int(1.2 * (2 + EOS) + 10)
 
 
 @pytest.mark.parametrize(

@@ -164,6 +164,8 @@ def test_the_service_answers_through_the_translator_whatever_the_backend(transla
     with TestClient(create_app(other, limits, decoding)) as client:
         body = client.post("/translate", json={"text": ["the cat sees it", ""]}).json()
         refused = client.post("/translate", json={"text": ["the cat"], "attention": True})
+        unaligned = client.post("/translate", json={"text": ["the cat"], "alignments": True})
+        unscored = client.post("/score", json={"text": ["the cat"], "target": ["a"], "alignments": True})
         info = client.get("/info").json()
     assert body["backend"] == "recorder"
     assert [t["text"] for t in body["translations"]] == other.translate(["the cat sees it", ""], decoding)
@@ -171,6 +173,11 @@ def test_the_service_answers_through_the_translator_whatever_the_backend(transla
         "error": "attention: the recorder backend has no attention weights; use backend=torch",
         "field": "attention",
     }
+    for answer in (unaligned, unscored):
+        assert answer.status_code == 422 and answer.json() == {
+            "error": "alignments: the recorder backend has no attention weights; use backend=torch",
+            "field": "alignments",
+        }
     assert info == {**other.info(), "decoding": asdict(decoding), "limits": asdict(limits)}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -41,6 +42,14 @@ def select_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise NMTError(f"trainer.device={name} but no CUDA device is available")
     return device
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on: its affinity mask where the OS has one (Linux; a
+    container or ``taskset`` may narrow it below the machine's count), else every core (macOS)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def cpu_bf16_kind() -> str:

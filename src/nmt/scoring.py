@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from nmt.config import ScoreConfig
 from nmt.devices import select_device
-from nmt.errors import NMTError
 from nmt.evaluation import evaluation_text
 from nmt.translator import Scored, Translator, WordAlignment
 
@@ -65,10 +64,8 @@ def score_corpus(cfg: ScoreConfig) -> ScoreRun:
     if cfg.alignments:
         translator.check_alignment_layer(cfg.alignment_layer)  # before the corpus is read and scored
     sources, targets, name = evaluation_text(cfg, translator.cfg)
-    if cfg.alignments and not translator.has_attention:
-        raise NMTError(
-            f"alignments=true: the {cfg.backend} backend has no attention weights; use backend=torch"
-        )
+    if cfg.alignments:
+        translator.require_attention("alignments=true")
     started = time.perf_counter()
     scores = translator.score(sources, targets, decoding, progress=True)
     elapsed = time.perf_counter() - started

@@ -9,7 +9,6 @@ import hashlib
 import json
 import logging
 import multiprocessing
-import os
 import re
 import signal
 from functools import cached_property
@@ -21,6 +20,7 @@ from sentencepiece import sentencepiece_model_pb2
 
 from nmt.cache import atomic_dir, config_dict, file_digest
 from nmt.config import TokenizerConfig
+from nmt.devices import usable_cores
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.text_workers import run_and_send, train_sentencepiece
@@ -162,7 +162,7 @@ def _encoding_spec(proto: bytes) -> bytes:
 
 
 def _threads() -> int:
-    return min(8, os.cpu_count() or 1)
+    return min(8, usable_cores())
 
 
 # ------------------------------------------------------------------------------------------ training

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import math
 import multiprocessing
-import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
@@ -39,7 +38,8 @@ from nmt.config import (
     merge_decoding,
 )
 from nmt.decoding import Hypothesis, batch_source_tokens, hypothesis, length_sorted_batches
-from nmt.decoding.common import length_budget
+from nmt.decoding.common import budget_for_source
+from nmt.devices import usable_cores
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, count_parameters
 from nmt.models.ensemble import Ensemble
@@ -247,7 +247,7 @@ class Translator:
             raise NMTError(f"{len(prefixes)} target prefixes for {len(ids)} sources: give one per source")
         out = self.encode_targets(prefixes, first_line, "target prefix", item)
         for i, (source, prefix) in enumerate(zip(ids, out)):
-            budget = length_budget(len(source) + 1, decoding.max_len_a, decoding.max_len_b, self.max_source)
+            budget = budget_for_source(len(source), decoding, self.max_source)
             if len(prefix) > budget:
                 raise NMTError(
                     f"{where(i, first_line, item)}: the target prefix has {len(prefix)} subwords, more "
@@ -299,9 +299,9 @@ class Translator:
         model's, whichever backend decodes (CTranslate2's own state is of the same shapes)."""
         sizes = []
         for seq in ids:
-            src = min(len(seq), self.max_source) + 1  # EOS
-            budget = length_budget(src, decoding.max_len_a, decoding.max_len_b, self.max_source)
-            sizes.append(self.model.search_bytes(src, budget + 1, decoding.beam_size))  # BOS and the output
+            src = min(len(seq), self.max_source)
+            budget = budget_for_source(src, decoding, self.max_source)
+            sizes.append(self.model.search_bytes(src + 1, budget + 1, decoding.beam_size))  # +EOS; +BOS
         return sizes
 
     def translate(
@@ -378,7 +378,7 @@ class Translator:
         target ids (a hypothesis' tokens) from ``source``: a line, or its ids from :meth:`encode`. An
         empty source continued from a target prefix has its attention, all of it on the source's EOS."""
         if not isinstance(self.backend, TorchBackend):
-            raise NMTError(f"the {self.backend.name} backend has no attention weights; use backend=torch")
+            raise NMTError(no_attention(self.backend.name))
         src_ids = self.encode([source])[0] if isinstance(source, str) else list(source)
         if not src_ids and not target:
             raise NMTError("the source is empty: nothing was translated, no attention to show")
@@ -388,8 +388,7 @@ class Translator:
         """Refuse ``what`` (e.g. ``alignments=true``) up front, before any decoding, when the backend
         has no attention weights."""
         if not self.has_attention:
-            name = self.backend.name
-            raise NMTError(f"{what}: the {name} backend has no attention weights; use backend=torch")
+            raise NMTError(f"{what}: {no_attention(self.backend.name)}")
 
     def check_alignment_layer(self, layer: int | None) -> None:
         """Refuse ``alignment_layer`` (NMTError, one line) when the model has no such decoder layer,
@@ -525,6 +524,12 @@ def _write(target: TextIO, lines: list[str]) -> None:
     target.flush()
 
 
+def no_attention(backend: str) -> str:
+    """The one line refusing attention weights, or the alignments read from them, to ``backend``: only
+    the torch backend's model exposes them."""
+    return f"the {backend} backend has no attention weights; use backend=torch"
+
+
 def where(i: int, first_line: int, item: str | None) -> str:
     """How a refusal names the i-th text of a batch: the line of an input file, or a request's ``item[i]``."""
     return f"line {first_line + i}" if item is None else f"{item}[{i}]"
@@ -535,7 +540,7 @@ def check_workers(workers: int, backend: str, device: torch.device) -> None:
     apply (CTranslate2 has its own ``ct2_inter_threads``; a GPU decodes in one process)."""
     if workers < 1:
         raise NMTError(f"workers={workers}: must be >= 1")
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if workers > cores:
         raise NMTError(f"workers={workers}: more than the {cores} CPU cores here (each loads the model)")
     if workers > 1 and backend != "torch":

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from nmt.devices import DTYPES
+from nmt.devices import DTYPES, usable_cores
 
 MiB = 2**20
 
@@ -31,7 +31,7 @@ def hardware(device: torch.device) -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpu": cpu,
         "cpu_flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
-        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpus": usable_cores(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -198,7 +197,3 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             f"{r['p99_ms']:>9.1f}"
         )
     return "\n".join(lines)
-
-
-def cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

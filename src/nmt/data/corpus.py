@@ -30,7 +30,6 @@ import collections
 import json
 import logging
 import multiprocessing
-import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -45,6 +44,7 @@ from nmt.config import DataConfig, TokenizerConfig
 from nmt.data.clean import REASONS, clean_chunk, log_dropped
 from nmt.data.sources import SPLITS, local_files, read_lines, resolve_source, source_chunks
 from nmt.data.writers import EncodedWriter, PlainTextWriter, TrainTextWriter
+from nmt.devices import usable_cores
 from nmt.errors import NMTError
 from nmt.progress import progress_bar
 from nmt.text_workers import encode_chunk, encode_lines, ids_dtype, init_encoder, text_lines
@@ -192,7 +192,7 @@ def data_workers(cfg: DataConfig) -> int:
     """``data.workers``, 0 meaning one per CPU core this process may use."""
     if cfg.workers:
         return cfg.workers
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 # ----------------------------------------------------------------------------------------------- text

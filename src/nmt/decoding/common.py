@@ -47,6 +47,12 @@ def length_budget(src_len: int, a: float, b: int, limit: int) -> int:
     return max(1, limit if not total < limit else int(total))
 
 
+def budget_for_source(source_len: int, cfg: DecodingConfig, limit: int) -> int:
+    """The output budget of a source of ``source_len`` subwords (its EOS counted here): the longest
+    output its search produces, so the longest target prefix it can be forced to start with."""
+    return length_budget(source_len + 1, cfg.max_len_a, cfg.max_len_b, limit)
+
+
 def max_lengths(src: Tensor, a: float, b: int, limit: int) -> list[int]:
     """Per-sentence output budget of a padded batch (src_len counts real tokens including EOS)."""
     return [length_budget(n, a, b, limit) for n in src.ne(PAD_ID).sum(dim=1).tolist()]

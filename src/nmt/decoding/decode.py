@@ -14,9 +14,9 @@ from nmt.decoding.beam import beam_search
 from nmt.decoding.common import (
     Hypothesis,
     batch_source_tokens,
+    budget_for_source,
     check_prefixes,
     check_shortlist,
-    length_budget,
     length_sorted_batches,
     pad_batch,
 )
@@ -72,7 +72,7 @@ def translate_ids(
     sources = [list(s[: max_positions - 1]) for s in sources]
     if prefixes is not None:
         limit = max_positions - 1
-        budgets = [length_budget(len(s) + 1, cfg.max_len_a, cfg.max_len_b, limit) for s in sources]
+        budgets = [budget_for_source(len(s), cfg, limit) for s in sources]
         check_prefixes(prefixes, budgets, model.vocab_sizes["tgt"], range(len(sources)))
     wanted = [bool(s) or bool(prefixes and prefixes[i]) for i, s in enumerate(sources)]
     results = [[] if want else [Hypothesis([], 0.0, 0.0)] for want in wanted]

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import re
 import socket
 import time
@@ -33,7 +32,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nmt.config import DecodingConfig, ServerLimits
-from nmt.devices import select_device
+from nmt.devices import select_device, usable_cores
 from nmt.errors import NMTError
 from nmt.serve.batcher import Batcher, Job, QueueFull
 from nmt.serve.limits import (
@@ -59,7 +58,7 @@ from nmt.serve.work import (
     translate_batch,
 )
 from nmt.serve.workers import InlineWorker, Refused, ServerStopping, Worker, WorkerFailed, WorkerTimeout
-from nmt.translator import Translator
+from nmt.translator import Translator, no_attention
 
 log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # no one reads this answer (nginx's code for a client that closed the request)
@@ -159,13 +158,9 @@ def create_app(
             decoding = settings(translator, parsed.decoding(), defaults, accepts)
             check_scores(decoding, limits)
             if parsed.attention and not translator.has_attention:
-                raise BadRequest(
-                    422, "attention", f"the {backend} backend has no attention weights; use backend=torch"
-                )
+                raise BadRequest(422, "attention", no_attention(backend))
             if parsed.alignments and not translator.has_attention:
-                raise BadRequest(
-                    422, "alignments", f"the {backend} backend has no attention weights; use backend=torch"
-                )
+                raise BadRequest(422, "alignments", no_attention(backend))
             ids = translator.encode(parsed.text)
             lengths = [len(s) for s in ids]
             prefixes = None
@@ -267,9 +262,7 @@ def create_app(
             parsed = parse_score(await read_body(request.stream(), max_body, limits.timeout_s), limits)
             answer.sentences = len(parsed.text)
             if parsed.alignments and not translator.has_attention:
-                raise BadRequest(
-                    422, "alignments", f"the {backend} backend has no attention weights; use backend=torch"
-                )
+                raise BadRequest(422, "alignments", no_attention(backend))
             ids = translator.encode(parsed.text)
             try:
                 targets = translator.encode_targets(parsed.target, item="target")
@@ -376,7 +369,7 @@ def make_workers(
         return [InlineWorker(work, "worker 0")]
     count = limits.workers
     if count == 0:
-        count = 1 if select_device(spec.device).type != "cpu" else len(os.sched_getaffinity(0))
+        count = 1 if select_device(spec.device).type != "cpu" else usable_cores()
     factory = partial(load_work, spec, max_response, max_search)
     return [Worker(factory, limits.threads, f"worker {i}") for i in range(count)]
 
