@@ -11,9 +11,8 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from nmt.benchmark import format_report, run_benchmark
+from nmt.benchmark import format_report, run_benchmark, split_benchmark_config
 from nmt.cli import script_main
-from nmt.config import split_benchmark_config
 
 log = logging.getLogger("benchmark")
 

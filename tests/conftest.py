@@ -8,7 +8,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.config import BenchConfig, TrainConfig, register_configs, split_benchmark_config
+from nmt.benchmark import split_benchmark_config
+from nmt.config import BenchConfig, TrainConfig, register_configs
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"

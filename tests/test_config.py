@@ -1,6 +1,7 @@
 """Config composition: typos and wrong types fail at composition time, naming the key."""
 
 import dataclasses
+import pickle
 import re
 import typing
 from dataclasses import dataclass, fields, replace
@@ -27,7 +28,6 @@ from nmt.config import (
     knob,
     knob_rules,
     knobs_of,
-    merge_decoding,
     overrides_of,
 )
 from nmt.ct2.export import QUANTIZATIONS
@@ -42,6 +42,7 @@ from nmt.scoring import FORMATS
 from nmt.training.schedule import SCHEDULES
 from nmt.training.setup import OPTIMIZERS, set_up
 from nmt.training.validation import is_better
+from nmt.translator import merge_decoding
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -230,6 +231,12 @@ def test_decoding_overrides_mirror_the_decoding_config():
 def test_decoding_overrides_are_the_decoding_options_made_optional():
     options, overrides = typing.get_type_hints(DecodingConfig), typing.get_type_hints(DecodingOverrides)
     assert overrides == {name: kind | None for name, kind in options.items()}
+
+
+def test_decoding_overrides_pickle_as_the_decoding_workers_get_them():
+    """The class is made by overrides_of: pickle must find it under the module that binds its name."""
+    overrides = DecodingOverrides(alpha=0.5, nbest=2)
+    assert pickle.loads(pickle.dumps(overrides)) == overrides
 
 
 def test_a_new_decoding_option_is_one_field_with_its_rule():

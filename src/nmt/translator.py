@@ -35,7 +35,6 @@ from nmt.config import (
     TrainConfig,
     check_decoding,
     checkpoint_paths,
-    merge_decoding,
 )
 from nmt.decoding import Hypothesis, batch_source_tokens, hypothesis, length_sorted_batches
 from nmt.decoding.common import budget_for_source
@@ -522,6 +521,11 @@ def _lines(source: BinaryIO, interactive: bool, name: str) -> Iterator[str]:
 def _write(target: TextIO, lines: list[str]) -> None:
     target.write("".join(line + "\n" for line in lines))
     target.flush()
+
+
+def merge_decoding(base: DecodingConfig, overrides: DecodingOverrides) -> DecodingConfig:
+    """The checkpoint's decoding settings with the overrides that were given."""
+    return replace(base, **{k: v for k, v in vars(overrides).items() if v is not None})
 
 
 def no_attention(backend: str) -> str:

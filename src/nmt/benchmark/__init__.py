@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf, open_dict
+
 from nmt.benchmark.ct2_speed import check_ct2_bench
 from nmt.benchmark.decoding_speed import measure_decoding
 from nmt.benchmark.hardware import hardware, matmul_ceiling
@@ -27,7 +29,21 @@ from nmt.errors import NMTError
 from nmt.models import count_parameters
 from nmt.training.setup import set_up
 
-__all__ = ["ReferenceTransformer", "format_report", "run_benchmark", "transformer_flops"]
+__all__ = [
+    "ReferenceTransformer",
+    "format_report",
+    "run_benchmark",
+    "split_benchmark_config",
+    "transformer_flops",
+]
+
+
+def split_benchmark_config(cfg: DictConfig) -> tuple[TrainConfig, BenchConfig]:
+    """scripts/benchmark.py's composed config as the training config it extends and its ``bench``."""
+    bench = OmegaConf.to_object(cfg.bench)
+    with open_dict(cfg):
+        del cfg["bench"]  # the rest is a TrainConfig
+    return OmegaConf.to_object(cfg), bench
 
 
 def run_benchmark(cfg: TrainConfig, bench: BenchConfig, run_dir: Path) -> dict[str, Any]:
