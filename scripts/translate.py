@@ -16,7 +16,8 @@ from nmt.config import checkpoint_paths
 from nmt.devices import select_device
 from nmt.errors import NMTError
 from nmt.outputs import check_output_file
-from nmt.translator import StreamOptions, Translator, translate_stream
+from nmt.streaming import StreamOptions, translate_stream
+from nmt.translator import Translator
 
 
 @script_main("translate")

@@ -18,7 +18,7 @@ import pytest
 import torch
 from helpers import tiny_transformer
 
-from nmt.backends import BACKENDS, TorchBackend, load_backend
+from nmt.backends import BACKENDS, ProcessesBackend, TorchBackend, load_backend
 from nmt.checkpoint import atomic_save, make_checkpoint
 from nmt.config import (
     DataConfig,
@@ -36,7 +36,7 @@ from nmt.errors import NMTError
 from nmt.models.ensemble import Ensemble
 from nmt.shortlist import build_shortlist
 from nmt.tokenizer import train_tokenizer
-from nmt.translator import ProcessesBackend, Translator
+from nmt.translator import Translator
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")

@@ -18,3 +18,11 @@ def hide_credentials(text: str) -> str:
     """``text`` with the credentials of every URL in it masked (``https://***@host/...``): what a
     message, a log line or a saved config shows of a URL."""
     return _USERINFO.sub("***@", text)
+
+
+def count_mismatch(given: int, expected: int, what: str, per: str) -> str | None:
+    """The one message for a list that must hold one ``what`` per ``per`` and does not (None when it
+    does): ``3 target prefixes for 2 sources: give one per source``."""
+    if given == expected:
+        return None
+    return f"{given} {what} for {expected} {per}s: give one per {per}"

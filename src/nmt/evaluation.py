@@ -23,7 +23,7 @@ from nmt.config import (
 )
 from nmt.data import SPLITS, prepare_text, read_lines, read_text
 from nmt.devices import select_device
-from nmt.errors import NMTError
+from nmt.errors import NMTError, count_mismatch
 from nmt.metrics import OutputStats, Score, corpus_scores, output_stats, scores_by_length
 from nmt.translator import Hypothesis, Translator
 
@@ -79,16 +79,11 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     prefixes = None
     if cfg.prefix_file:
         prefixes = read_lines(Path(cfg.prefix_file))
-        if len(prefixes) != len(sources):
-            raise NMTError(
-                f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines for {len(sources)} sources: "
-                "give a prefix line (empty for none) per source"
-            )
+        if mismatch := count_mismatch(len(prefixes), len(sources), "lines", "source"):
+            raise NMTError(f"prefix_file={cfg.prefix_file} has {mismatch} (an empty line for none)")
     started = time.perf_counter()
-    ids = translator.encode(sources)
-    forced = None if prefixes is None else translator.encode_prefixes(ids, prefixes, decoding)
-    hyps = translator.search(ids, decoding, progress=True, prefixes=forced)
-    hyp_text = translator.best(hyps)
+    done = translator.translations(sources, decoding, progress=True, prefixes=prefixes)
+    ids, hyps, hyp_text = done.sources, done.nbest, done.texts
     elapsed = time.perf_counter() - started
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
 
@@ -106,8 +101,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     else:  # another layer, other alignments: a file of their own
         align_path = hyp_path.with_suffix(f".layer{cfg.alignment_layer}.align")
     if align_path is not None:
-        targets = [h[0].tokens if h else [] for h in hyps]
-        aligned = translator.align(ids, targets, cfg.alignment_layer, decoding.max_tokens)
+        aligned = translator.align(ids, done.best_tokens, cfg.alignment_layer, decoding.max_tokens)
         align_path.write_text("".join(a.pharaoh() + "\n" for a in aligned), encoding="utf-8")
     out_tokens = sum(len(h[0].tokens) + 1 for h in hyps if h)
     report = EvalReport(

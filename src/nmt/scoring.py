@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from nmt.config import ScoreConfig
 from nmt.devices import select_device
 from nmt.evaluation import evaluation_text
-from nmt.translator import Scored, Translator, WordAlignment
+from nmt.translator import ScoredTranslation, Translator, WordAlignment
 
 FORMATS = ("tsv", "json")  # the format= choices (nmt.config.ScoreConfig; checked at start)
 
@@ -32,7 +32,7 @@ FORMATS = ("tsv", "json")  # the format= choices (nmt.config.ScoreConfig; checke
 class ScoreRun:
     """What scripts/score.py prints: every pair's score, and where and how fast they were computed."""
 
-    scores: list[Scored]
+    scores: list[ScoredTranslation]
     alignments: list[WordAlignment] | None  # with cfg.alignments
     test_set: str
     backend: str
@@ -76,7 +76,9 @@ def score_corpus(cfg: ScoreConfig) -> ScoreRun:
     return ScoreRun(scores, alignments, name, translator.backend.name, elapsed)
 
 
-def format_score(score: Scored, fmt: str, per_token: bool, alignment: WordAlignment | None = None) -> str:
+def format_score(
+    score: ScoredTranslation, fmt: str, per_token: bool, alignment: WordAlignment | None = None
+) -> str:
     """One output line: ``log_prob<TAB>score<TAB>tokens``, then ``<TAB>piece=log_prob ...`` per subword
     (EOS last, as ``</s>``) with ``per_token`` and ``<TAB>i-j ...`` with an alignment; or a JSON object
     with those keys (``pieces`` and ``token_log_probs``, ``alignment``)."""

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
-from nmt.errors import NMTError
+from nmt.errors import NMTError, count_mismatch
 from nmt.models.base import OutputVocab
 from nmt.shortlist import SPECIALS, Shortlist
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -284,8 +284,8 @@ def check_prefixes(
 ) -> None:
     """One line naming the sentence (``sentences[i]`` for the i-th prefix) whose prefix cannot be
     forced: a special id or one outside the target vocabulary, or more tokens than its length budget."""
-    if len(prefixes) != len(budgets):
-        raise NMTError(f"{len(prefixes)} target prefixes for {len(budgets)} sentences: give one per sentence")
+    if mismatch := count_mismatch(len(prefixes), len(budgets), "target prefixes", "sentence"):
+        raise NMTError(mismatch)
     for prefix, budget, sentence in zip(prefixes, budgets, sentences):
         bad = [t for t in prefix if not UNK_ID <= t < vocab or t in (BOS_ID, EOS_ID)]
         if bad:

@@ -19,11 +19,11 @@ import re
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, replace
 from functools import partial
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -58,7 +58,9 @@ from nmt.serve.work import (
     translate_batch,
 )
 from nmt.serve.workers import InlineWorker, Refused, ServerStopping, Worker, WorkerFailed, WorkerTimeout
-from nmt.translator import Translator, no_attention
+from nmt.translator import Translator
+
+Parsed = TypeVar("Parsed")  # a request model: what parse_request or parse_score returns
 
 log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # no one reads this answer (nginx's code for a client that closed the request)
@@ -100,6 +102,13 @@ def create_app(
     info = {**translator.info(), "decoding": asdict(defaults), "limits": asdict(limits)}
     model = info["model"]
     accepts = BackendCheck(translator)
+
+    async def request_body(request: Request, parse: Callable[[bytes, ServerLimits], Parsed]) -> Parsed:
+        """A POST's JSON body parsed by ``parse``, or BadRequest: a wrong content type, a declared or read
+        body over ``serve.max_body_kb``, a body that arrives slower than ``serve.timeout_s`` allows."""
+        check_content_type(request.headers.get("content-type"))
+        declared_length(request.headers.get("content-length"), max_body)
+        return parse(await read_body(request.stream(), max_body, limits.timeout_s), limits)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -151,16 +160,14 @@ def create_app(
         deadline = answer.started + limits.timeout_s
 
         try:
-            check_content_type(request.headers.get("content-type"))
-            declared_length(request.headers.get("content-length"), max_body)
-            parsed = parse_request(await read_body(request.stream(), max_body, limits.timeout_s), limits)
+            parsed = await request_body(request, parse_request)
             answer.sentences = len(parsed.text)
             decoding = settings(translator, parsed.decoding(), defaults, accepts)
             check_scores(decoding, limits)
-            if parsed.attention and not translator.has_attention:
-                raise BadRequest(422, "attention", no_attention(backend))
-            if parsed.alignments and not translator.has_attention:
-                raise BadRequest(422, "alignments", no_attention(backend))
+            if parsed.attention and translator.missing_attention:
+                raise BadRequest(422, "attention", translator.missing_attention)
+            if parsed.alignments and translator.missing_attention:
+                raise BadRequest(422, "alignments", translator.missing_attention)
             ids = translator.encode(parsed.text)
             lengths = [len(s) for s in ids]
             prefixes = None
@@ -257,12 +264,10 @@ def create_app(
         deadline = answer.started + limits.timeout_s
 
         try:
-            check_content_type(request.headers.get("content-type"))
-            declared_length(request.headers.get("content-length"), max_body)
-            parsed = parse_score(await read_body(request.stream(), max_body, limits.timeout_s), limits)
+            parsed = await request_body(request, parse_score)
             answer.sentences = len(parsed.text)
-            if parsed.alignments and not translator.has_attention:
-                raise BadRequest(422, "alignments", no_attention(backend))
+            if parsed.alignments and translator.missing_attention:
+                raise BadRequest(422, "alignments", translator.missing_attention)
             ids = translator.encode(parsed.text)
             try:
                 targets = translator.encode_targets(parsed.target, item="target")

@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, cre
 from pydantic_core import PydanticCustomError
 
 from nmt.config import DecodingConfig, DecodingOverrides, Rule, ServerLimits
+from nmt.errors import count_mismatch
 from nmt.serve.limits import BadRequest, check_depth, check_text
 
 __all__ = ["BadRequest", "ScoreRequest", "TranslateRequest", "parse_request", "parse_score", "request_model"]
@@ -84,9 +85,10 @@ def parse_request(body: bytes, limits: ServerLimits) -> TranslateRequest:
     request = validate(TranslateRequest, json_object(body))
     lines = request.text + (request.prefix or [])
     check_sizes(len(request.text), lines, limits)
-    if request.prefix is not None and len(request.prefix) != len(request.text):
-        message = f"{len(request.prefix)} prefixes for {len(request.text)} sentences: give one per sentence"
-        raise BadRequest(422, "prefix", message)
+    if request.prefix is not None and (
+        mismatch := count_mismatch(len(request.prefix), len(request.text), "prefixes", "sentence")
+    ):
+        raise BadRequest(422, "prefix", mismatch)
     if request.beam_size is not None and request.beam_size > limits.max_beam_size:
         raise BadRequest(422, "beam_size", f"{request.beam_size} is out of range 1..{limits.max_beam_size}")
     if request.no_repeat_ngram is not None and request.no_repeat_ngram > limits.max_output_tokens:
@@ -106,9 +108,8 @@ def parse_score(body: bytes, limits: ServerLimits) -> ScoreRequest:
     when ``target`` does not have one translation per source."""
     request = validate(ScoreRequest, json_object(body))
     check_sizes(len(request.text), request.text + request.target, limits)
-    if len(request.target) != len(request.text):
-        message = f"{len(request.target)} translations for {len(request.text)} sources: give one per source"
-        raise BadRequest(422, "target", message)
+    if mismatch := count_mismatch(len(request.target), len(request.text), "translations", "source"):
+        raise BadRequest(422, "target", mismatch)
     check_text(request.text)
     check_text(request.target, "target")
     return request

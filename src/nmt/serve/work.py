@@ -19,7 +19,7 @@ from nmt.config import DecodingConfig
 from nmt.devices import select_device
 from nmt.errors import NMTError
 from nmt.serve.limits import search_groups
-from nmt.translator import Hypothesis, Translator, WordAlignment
+from nmt.translator import Hypothesis, Translator, WordAlignment, best_tokens
 
 
 @dataclass
@@ -116,8 +116,7 @@ def batch_results(
     hyps = search_within(translator, ids, decoding, prefixes, max_search)
     aligned = None
     if settings.alignments:
-        targets = [nbest[0].tokens if nbest else [] for nbest in hyps]
-        aligned = translator.align(ids, targets, settings.alignment_layer, decoding.max_tokens)
+        aligned = translator.align(ids, best_tokens(hyps), settings.alignment_layer, decoding.max_tokens)
     results, start = [], 0
     for sources, _ in items:
         nbests = hyps[start : start + len(sources)]
