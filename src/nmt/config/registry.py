@@ -82,4 +82,3 @@ def register_configs() -> None:
     cs.store(group="optim", name="optim_schema", node=OptimConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
     cs.store(group="decoding", name="decoding_schema", node=DecodingConfig)
-
