@@ -37,14 +37,12 @@ from nmt.decoding.common import (
     pad_batch,
 )
 from nmt.decoding.decode import search, translate_ids
-from nmt.decoding.forced import Score, score_ids
+from nmt.decoding.forced import ForcedScore, score_ids
 from nmt.decoding.greedy import greedy_search
 
-_mask_logits = mask_logits  # its former name, still imported by code written against it
-
 __all__ = [
+    "ForcedScore",
     "Hypothesis",
-    "Score",
     "batch_source_tokens",
     "beam_search",
     "block_repeated_ngrams",
