@@ -7,7 +7,8 @@ when every sentence is. The bookkeeping stays in tensors: the host learns once p
 sentences are done, and builds the hypotheses at the end.
 
 - :mod:`~nmt.decoding.common`: hypotheses and their score, length budgets, the rules applied to the
-  model's next-token log-probabilities at every step, padding and length-sorted batches;
+  model's next-token log-probabilities at every step, the set-up both searches start from
+  (``SearchStart``), padding and length-sorted batches;
 - :mod:`~nmt.decoding.greedy`: greedy search;
 - :mod:`~nmt.decoding.beam`: beam search, in named steps (its docstring lists them);
 - :mod:`~nmt.decoding.decode`: :func:`translate_ids`, many sentences in batches, in input order,
