@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
-from nmt.decoding import Hypothesis, _mask_logits, length_penalty, max_lengths
+from nmt.decoding import Hypothesis, length_penalty, mask_logits, max_lengths
 from nmt.models.base import Seq2Seq
 from nmt.special import BOS_ID, EOS_ID
 
@@ -38,7 +38,7 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) 
     step = 0
     while alive.numel():
         log_probs, state = model.step(tokens, state)
-        log_probs = _mask_logits(log_probs, cfg.no_unk)
+        log_probs = mask_logits(log_probs, cfg.no_unk)
         _force_eos(log_probs, budget[alive] <= step)
         best, tokens = log_probs.max(dim=-1)
         for sent, tok, lp in zip(alive.tolist(), tokens.tolist(), best.tolist()):
@@ -78,7 +78,7 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) ->
     while alive:
         n = len(alive)
         log_probs, state = model.step(tokens, state)
-        log_probs = _mask_logits(log_probs, cfg.no_unk)
+        log_probs = mask_logits(log_probs, cfg.no_unk)
         at_budget = torch.tensor([budget[s] <= step for s in alive], device=device).repeat_interleave(k)
         _force_eos(log_probs, at_budget)
         vocab = log_probs.size(-1)

@@ -98,13 +98,13 @@ def test_validation_batches_of_truncated_sentences_fill_the_budget(run: Run, mon
 
 def overflowing(monkeypatch) -> None:
     """Losses become inf, as fp16 overflows do: every gradient is non-finite."""
-    real = loop.label_smoothed_nll
+    real = loop.batch_loss
 
     def inf_loss(*args, **kwargs):
         loss, nll = real(*args, **kwargs)
         return loss * math.inf, nll
 
-    monkeypatch.setattr(loop, "label_smoothed_nll", inf_loss)
+    monkeypatch.setattr(loop, "batch_loss", inf_loss)
 
 
 def test_fp16_overflow_counts_as_a_skipped_update(config, tmp_path: Path, monkeypatch):

@@ -24,7 +24,7 @@ from nmt.config import (
 from nmt.data import SPLITS, prepare_text, read_lines, read_text
 from nmt.devices import select_device
 from nmt.errors import NMTError, count_mismatch
-from nmt.metrics import OutputStats, Score, corpus_scores, output_stats, scores_by_length
+from nmt.metrics import CorpusScore, OutputStats, corpus_scores, output_stats, scores_by_length
 from nmt.translator import Hypothesis, Translator
 
 
@@ -35,7 +35,7 @@ class EvalReport:
     checkpoint: str
     test_set: str
     sentences: int
-    scores: dict[str, Score]
+    scores: dict[str, CorpusScore]
     decoding: DecodingConfig
     hypotheses: str
     report: str
@@ -268,7 +268,11 @@ def evaluation_text(
 
 
 def log_scores_to_tensorboard(
-    run_dir: Path, test_name: str, scores: dict[str, Score], step: int, by_length: list[dict] | None = None
+    run_dir: Path,
+    test_name: str,
+    scores: dict[str, CorpusScore],
+    step: int,
+    by_length: list[dict] | None = None,
 ) -> None:
     """Scalars ``eval_{test}/{metric}``, plus ``eval_{test}/{metric}_len_{bucket}`` per by-length row."""
     from torch.utils.tensorboard import SummaryWriter

@@ -17,7 +17,9 @@ METRICS = {"bleu": BLEU, "chrf": CHRF, "ter": TER}
 
 
 @dataclass
-class Score:
+class CorpusScore:
+    """One metric's score of a whole corpus (sacrebleu's), with its signature."""
+
     name: str
     score: float
     signature: str
@@ -33,7 +35,7 @@ def unknown_metrics(names: Sequence[str]) -> list[str]:
 
 def corpus_scores(
     hyps: Sequence[str], refs: Sequence[str], metrics: Sequence[str] = ("bleu", "chrf")
-) -> dict[str, Score]:
+) -> dict[str, CorpusScore]:
     """Corpus-level scores with sacrebleu's defaults (the same numbers as the ``sacrebleu`` CLI)."""
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
@@ -43,11 +45,13 @@ def corpus_scores(
     for name in metrics:
         metric = METRICS[name]()
         result = metric.corpus_score(list(hyps), [list(refs)])
-        scores[name] = Score(name, round(float(result.score), 4), str(metric.get_signature()), str(result))
+        scores[name] = CorpusScore(
+            name, round(float(result.score), 4), str(metric.get_signature()), str(result)
+        )
     return scores
 
 
-def format_scores(scores: dict[str, Score]) -> str:
+def format_scores(scores: dict[str, CorpusScore]) -> str:
     return "\n".join(f"{s.text}\n  signature: {s.signature}" for s in scores.values())
 
 

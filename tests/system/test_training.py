@@ -292,18 +292,18 @@ def test_a_checkpoint_alone_translates(toy, toy_run, tmp_path):
 
 def nan_loss_on(monkeypatch, bad_calls) -> None:
     """Training losses (grad enabled) become NaN on the given 1-based calls; validation is untouched."""
-    real = loop.label_smoothed_nll
+    real = loop.batch_loss
     calls = []
 
-    def patched(logits, target, epsilon):
-        loss, nll = real(logits, target, epsilon)
+    def patched(model, batch, epsilon):
+        loss, nll = real(model, batch, epsilon)
         if torch.is_grad_enabled():
             calls.append(1)
             if bad_calls(len(calls)):
                 return loss * math.nan, nll * math.nan
         return loss, nll
 
-    monkeypatch.setattr(loop, "label_smoothed_nll", patched)
+    monkeypatch.setattr(loop, "batch_loss", patched)
 
 
 def test_non_finite_losses_skip_the_update(toy, tmp_path, monkeypatch, caplog):

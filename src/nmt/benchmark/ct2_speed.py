@@ -32,10 +32,11 @@ import torch
 from nmt.benchmark.hardware import hardware
 from nmt.checkpoint import checkpoint_config, load_checkpoint
 from nmt.config import BenchConfig, CT2SpeedConfig, DecodingConfig, TrainConfig
-from nmt.ct2.backend import CT2Backend, ct2_length_penalty, length_budget
+from nmt.ct2.backend import CT2Backend, ct2_length_penalty
 from nmt.ct2.export import check_exportable, check_quantization, export_model
 from nmt.ct2.format import require_ctranslate2
 from nmt.decoding import Hypothesis, batch_source_tokens, length_penalty
+from nmt.decoding.common import budget_for_source
 from nmt.errors import NMTError
 from nmt.evaluation import evaluation_text
 from nmt.models import Transformer
@@ -134,7 +135,7 @@ def direct(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig) ->
         pieces,
         beam_size=cfg.beam_size,
         length_penalty=ct2_length_penalty(cfg.alpha, round(statistics.mean(lengths))),
-        max_decoding_length=max(length_budget(n, cfg, backend.max_positions - 1) for n in lengths),
+        max_decoding_length=max(budget_for_source(len(p), cfg, backend.max_positions - 1) for p in pieces),
         disable_unk=cfg.no_unk,
         return_scores=True,
         max_batch_size=batch_source_tokens(cfg),
@@ -158,7 +159,7 @@ def per_length(backend: CT2Backend, pieces: list[list[str]], cfg: DecodingConfig
             beam_size=cfg.beam_size,
             num_hypotheses=cfg.beam_size,
             length_penalty=lp,
-            max_decoding_length=length_budget(n + 1, cfg, backend.max_positions - 1),
+            max_decoding_length=budget_for_source(n, cfg, backend.max_positions - 1),
             disable_unk=cfg.no_unk,
             return_scores=True,
             max_batch_size=batch_source_tokens(cfg),

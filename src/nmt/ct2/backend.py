@@ -85,7 +85,7 @@ from tqdm.auto import tqdm
 from nmt.config import DecodingConfig
 from nmt.ct2.format import file_digest, read_export_info, require_ctranslate2
 from nmt.decoding import Hypothesis, batch_source_tokens, hypothesis
-from nmt.decoding.common import length_budget as common_length_budget
+from nmt.decoding.common import budget_for_source
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, PAD_ID
 from nmt.tokenizer import Tokenizer
@@ -322,7 +322,8 @@ class CT2Backend:
         length penalty and budget that length gives, PAD and BOS suppressed if ``suppress``; returns the
         pending results (one per source), the penalty and the budget."""
         n = len(sources[0]) + 1  # with EOS; the likely output length is about the source length
-        lp, budget = ct2_length_penalty(cfg.alpha, n), length_budget(n, cfg, self.max_positions - 1)
+        lp = ct2_length_penalty(cfg.alpha, n)
+        budget = budget_for_source(len(sources[0]), cfg, self.max_positions - 1)
         pending = self.translator.translate_batch(
             [[self.src_pieces[i] for i in s] for s in sources],
             asynchronous=True,
@@ -387,8 +388,3 @@ class CT2Backend:
         """Tokens per scoring batch: ``max_tokens``, on a CPU capped to keep the batch's log-probabilities
         within :data:`SCORE_BATCH_FLOATS`."""
         return min(max_tokens, max(1, SCORE_BATCH_FLOATS // len(self.pieces))) if self.cpu else max_tokens
-
-
-def length_budget(src_len: int, cfg: DecodingConfig, limit: int) -> int:
-    """Output tokens allowed before EOS, as :func:`nmt.decoding.max_lengths` (src_len counts EOS)."""
-    return common_length_budget(src_len, cfg.max_len_a, cfg.max_len_b, limit)

@@ -7,7 +7,8 @@ when every sentence is. The bookkeeping stays in tensors: the host learns once p
 sentences are done, and builds the hypotheses at the end.
 
 - :mod:`~nmt.decoding.common`: hypotheses and their score, length budgets, the rules applied to the
-  model's next-token log-probabilities at every step, padding and length-sorted batches;
+  model's next-token log-probabilities at every step, the set-up both searches start from
+  (``SearchStart``), padding and length-sorted batches;
 - :mod:`~nmt.decoding.greedy`: greedy search;
 - :mod:`~nmt.decoding.beam`: beam search, in named steps (its docstring lists them);
 - :mod:`~nmt.decoding.decode`: :func:`translate_ids`, many sentences in batches, in input order,
@@ -37,14 +38,12 @@ from nmt.decoding.common import (
     pad_batch,
 )
 from nmt.decoding.decode import search, translate_ids
-from nmt.decoding.forced import Score, score_ids
+from nmt.decoding.forced import ForcedScore, score_ids
 from nmt.decoding.greedy import greedy_search
 
-_mask_logits = mask_logits  # its former name, still imported by code written against it
-
 __all__ = [
+    "ForcedScore",
     "Hypothesis",
-    "Score",
     "batch_source_tokens",
     "beam_search",
     "block_repeated_ngrams",

@@ -40,15 +40,7 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
-from nmt.decoding.common import (
-    BatchVocab,
-    Hypothesis,
-    Prefixes,
-    RowVocab,
-    constrain,
-    hypothesis,
-    max_lengths,
-)
+from nmt.decoding.common import Hypothesis, RowVocab, SearchStart, constrain, hypothesis
 from nmt.models.base import Seq2Seq, State, select_sentences
 from nmt.shortlist import Shortlist
 from nmt.special import BOS_ID, EOS_ID
@@ -233,28 +225,24 @@ def beam_search(
     beginning with the sentence's target prefix when ``prefixes`` (one per row of ``src``) are given,
     made of the sentence's candidates of ``shortlist`` when one is given."""
     k, batch, device = cfg.beam_size, src.size(0), src.device
-    budgets = max_lengths(src, cfg.max_len_a, cfg.max_len_b, limit)
-    forced = Prefixes.of(prefixes, budgets, model.vocab_sizes["tgt"], device)
-    beams = Beams.start(budgets, k, device)
-    finished = Finished.empty(batch, k, max(budgets), device)
+    start = SearchStart.of(src, cfg, limit, model.vocab_sizes["tgt"], prefixes, shortlist)
+    forced, vocab = start.forced, start.vocab
+    beams = Beams.start(start.budgets, k, device)
+    finished = Finished.empty(batch, k, max(start.budgets), device)
     # k identical beams per sentence, as a batch of one hypothesis per row: the first step computes
     # exactly what it always did (a matrix product of other row counts may round differently), and
     # the first reorder keeps one row per sentence of what the beams share.
     rows = torch.arange(batch, device=device).repeat_interleave(k)
     state = model.init_state(model.reorder(model.encode(src), rows), cache=cfg.cache)
-    vocab = None
-    if shortlist is not None:
-        vocab = BatchVocab.of(shortlist, src, prefixes, model.vocab_sizes["tgt"], cfg.shortlist_group)
-    if vocab is not None:
-        state = model.restrict_output(state, vocab.rows(k))
+    state = start.restrict(model, state, per_sentence=k)
     for step in itertools.count():
         log_probs, state = model.step(beams.tokens, state)
         at_budget = beams.must_end(step)
         must_end = at_budget.repeat_interleave(k) if step >= min(beams.budgets) else None
         prefix = forced.at(step, beams.sentences, k) if forced else None
-        rows = vocab.of_rows(beams.sentences, k) if vocab is not None else None
+        rows = vocab.row_vocab(beams.sentences, k) if vocab is not None else None
         log_probs = constrain(log_probs, cfg, beams.history, must_end, prefix, rows)
-        candidates = extend(log_probs, beams.scores, vocab.of_rows(beams.sentences) if vocab else None)
+        candidates = extend(log_probs, beams.scores, vocab.row_vocab(beams.sentences) if vocab else None)
         ends, count = finished.ending(candidates, beams.sentences)
         chosen = choose_beams(candidates, k)
         done = count.ge(k) | at_budget | ~chosen.scores.isfinite().any(dim=1)

@@ -1,6 +1,7 @@
 """What greedy search, beam search and scoring share: hypotheses and their ranking score, length
 budgets, the rules applied to the model's next-token log-probabilities (target prefixes among them),
-the target ids a batch is scored over with a vocabulary shortlist, batches."""
+the target ids a batch is scored over with a vocabulary shortlist, the set-up of a batch's search
+(:class:`SearchStart`), batches."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from torch import Tensor
 
 from nmt.config import DecodingConfig
 from nmt.errors import NMTError, count_mismatch
-from nmt.models.base import OutputVocab
+from nmt.models.base import OutputVocab, Seq2Seq, State
 from nmt.shortlist import SPECIALS, Shortlist
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -196,7 +197,7 @@ class BatchVocab:
         allowed = member.gather(1, ids[group]) & ~padding[group]
         return cls(ids, None if bool(allowed.all()) else allowed, group, (found, column), vocab_size)
 
-    def rows(self, per_sentence: int) -> OutputVocab:
+    def output_vocab(self, per_sentence: int) -> OutputVocab:
         """What the model scores for a state of ``per_sentence`` consecutive rows per sentence."""
         allowed, group = self.allowed, self.group
         if per_sentence > 1:
@@ -204,7 +205,7 @@ class BatchVocab:
             allowed = allowed.repeat_interleave(per_sentence, dim=0) if allowed is not None else None
         return OutputVocab(self.ids, allowed, group)
 
-    def of_rows(self, sentences: Tensor, per_sentence: int = 1) -> RowVocab:
+    def row_vocab(self, sentences: Tensor, per_sentence: int = 1) -> RowVocab:
         """The ids and positions of hypothesis rows of ``sentences`` (rows of the batch), each sentence
         ``per_sentence`` consecutive rows."""
         group = self.group[sentences]
@@ -299,6 +300,43 @@ def check_prefixes(
                 f"length budget of {budget} (decoding.max_len_a * source length + decoding.max_len_b, "
                 "within the model's positions)"
             )
+
+
+@dataclass
+class SearchStart:
+    """What greedy and beam search set up alike before their first step: each sentence's length
+    budget, the target prefixes to force (None when there are none) and, with a shortlist, the
+    batch's candidates (None without)."""
+
+    budgets: list[int]
+    forced: Prefixes | None
+    vocab: BatchVocab | None
+
+    @classmethod
+    def of(
+        cls,
+        src: Tensor,
+        cfg: DecodingConfig,
+        limit: int,
+        vocab_size: int,
+        prefixes: Sequence[Sequence[int]] | None,
+        shortlist: Shortlist | None,
+    ) -> SearchStart:
+        """The set-up for ``src`` (a padded batch) and its ``prefixes`` (checked:
+        :func:`check_prefixes`), within ``limit`` positions and ``vocab_size`` target ids."""
+        budgets = max_lengths(src, cfg.max_len_a, cfg.max_len_b, limit)
+        forced = Prefixes.of(prefixes, budgets, vocab_size, src.device)
+        vocab = None
+        if shortlist is not None:
+            vocab = BatchVocab.of(shortlist, src, prefixes, vocab_size, cfg.shortlist_group)
+        return cls(budgets, forced, vocab)
+
+    def restrict(self, model: Seq2Seq, state: State, per_sentence: int) -> State:
+        """The model's initial ``state`` (``per_sentence`` consecutive rows per sentence) scoring only
+        the batch's candidates; unchanged without a shortlist."""
+        if self.vocab is None:
+            return state
+        return model.restrict_output(state, self.vocab.output_vocab(per_sentence))
 
 
 def batch_source_tokens(cfg: DecodingConfig) -> int:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
-from nmt.decoding.common import BatchVocab, Hypothesis, Prefixes, constrain, hypothesis, max_lengths
+from nmt.decoding.common import Hypothesis, SearchStart, constrain, hypothesis
 from nmt.models.base import Seq2Seq
 from nmt.shortlist import Shortlist
 from nmt.special import BOS_ID, EOS_ID
@@ -41,16 +41,11 @@ def greedy_search(
     beginning with the sentence's target prefix when ``prefixes`` (one per row of ``src``) are given,
     among the sentence's candidates of ``shortlist`` when one is given."""
     batch, device = src.size(0), src.device
-    budgets = max_lengths(src, cfg.max_len_a, cfg.max_len_b, limit)
-    forced = Prefixes.of(prefixes, budgets, model.vocab_sizes["tgt"], device)
+    start = SearchStart.of(src, cfg, limit, model.vocab_sizes["tgt"], prefixes, shortlist)
+    budgets, forced, vocab = start.budgets, start.forced, start.vocab
     budget = torch.tensor(budgets, device=device)
     next_budget = min(budgets)  # the first step at which a live sentence must end
-    state = model.init_state(model.encode(src), cache=cfg.cache)
-    vocab = None
-    if shortlist is not None:
-        vocab = BatchVocab.of(shortlist, src, prefixes, model.vocab_sizes["tgt"], cfg.shortlist_group)
-    if vocab is not None:
-        state = model.restrict_output(state, vocab.rows(1))
+    state = start.restrict(model, model.init_state(model.encode(src), cache=cfg.cache), per_sentence=1)
     alive = torch.arange(batch, device=device)
     tokens = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     out = torch.zeros(batch, max(budgets) + 1, dtype=torch.long, device=device)  # EOS included
@@ -61,7 +56,7 @@ def greedy_search(
         history = out[alive, :step] if cfg.no_repeat_ngram else None
         must_end = budget[alive] <= step if step >= next_budget else None
         prefix = forced.at(step, alive) if forced else None
-        rows = vocab.of_rows(alive) if vocab is not None else None
+        rows = vocab.row_vocab(alive) if vocab is not None else None
         best, tokens = constrain(log_probs, cfg, history, must_end, prefix, rows).max(dim=-1)
         if rows is not None:
             tokens = rows.ids_of(tokens)

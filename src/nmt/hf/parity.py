@@ -28,7 +28,7 @@ from nmt.config import DecodingConfig
 from nmt.decoding import pad_batch, translate_ids
 from nmt.decoding.common import length_budget
 from nmt.errors import NMTError
-from nmt.metrics import Score, corpus_scores
+from nmt.metrics import CorpusScore, corpus_scores
 from nmt.models.transformer import Transformer
 from nmt.special import BOS_ID, EOS_ID, PAD_ID
 from nmt.tokenizer import Tokenizer
@@ -65,7 +65,7 @@ class Parity:
     differences: list[Difference]  # sentences whose greedy token ids differ
     tokenizer_mismatches: list[int]  # sentences that AutoTokenizer encodes to other ids than ours
     text_mismatches: list[int]  # sentences with the same ids whose decoded texts differ
-    scores: dict[str, dict[str, Score]] = field(default_factory=dict)  # "nmt"/"transformers" -> scores
+    scores: dict[str, dict[str, CorpusScore]] = field(default_factory=dict)  # "nmt"/"transformers" -> scores
 
     @property
     def identical(self) -> int:

@@ -25,10 +25,9 @@ from nmt.config import TrainConfig, to_container
 from nmt.data import Batch, TokenBatchSampler, collate, drop_words
 from nmt.devices import autocast
 from nmt.errors import NMTError
-from nmt.special import PAD_ID
 from nmt.training.budget import Budget, BudgetBar
 from nmt.training.distributed import all_gather_object, all_reduce_sum, broadcast_object, cleanup
-from nmt.training.loss import label_smoothed_nll
+from nmt.training.loss import batch_loss
 from nmt.training.schedule import learning_rate
 from nmt.training.setup import Progress, Run, early_stopping, set_up
 from nmt.training.validation import is_better, validate
@@ -40,19 +39,20 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
     """Train ``cfg.model`` on ``cfg.data``; checkpoints and TensorBoard logs go to ``run_dir``."""
     run = set_up(cfg, run_dir)
     clock, progress = run.clock, run.progress
-    done = run.ended
+    end_reason = run.end_reason
     if progress.pending_validation:  # stopped right after an update due for validation: validate it now
         if run.dist.is_main:
             log.info("step %d: validating, as the stopped run did not", progress.step)
         if not validate_and_save(run):
-            done = done or early_stopping(cfg.trainer.patience)
-        if done:
+            end_reason = end_reason or early_stopping(cfg.trainer.patience)
+        if end_reason is not None:
             if run.dist.is_main:
-                log.info("stopped after %d steps: %s", progress.step, done)
+                log.info("stopped after %d steps: %s", progress.step, end_reason)
             return finish(run, progress.history[-1])
-    if done:  # a finished run, re-run (trainer.resume=auto): nothing to train, validate or write
+    # a finished run, re-run (trainer.resume=auto): nothing to train, validate or write
+    if end_reason is not None:
         if run.dist.is_main:
-            log.info("nothing to do: the run already ended at step %d (%s)", progress.step, done)
+            log.info("nothing to do: the run already ended at step %d (%s)", progress.step, end_reason)
         return finish(run, {})
     stop = GracefulStop()
     index_lists = endless_batches(run.sampler, progress, clock.budget)
@@ -167,9 +167,7 @@ def train_step(
     for i, batch in enumerate(batches):
         sync = i == len(batches) - 1 or not dist.enabled  # DDP: all-reduce gradients once per update
         with nullcontext() if sync else run.step_model.no_sync(), autocast(run.device, run.precision):
-            target_mask = batch.tgt_out.ne(PAD_ID)
-            logits = run.step_model(batch.src, batch.tgt_in, target_mask)
-            loss, nll = label_smoothed_nll(logits, batch.tgt_out[target_mask], cfg.optim.label_smoothing)
+            loss, nll = batch_loss(run.step_model, batch, cfg.optim.label_smoothing)
         # DDP averages gradients over ranks, hence world_size / (tokens of all ranks).
         scaler.scale(loss * dist.world_size / total_tokens).backward()
         loss_sum += loss.detach()

@@ -1,4 +1,6 @@
-"""Label-smoothed cross entropy (Szegedy et al., 2016), computed on non-padding positions only.
+"""Label-smoothed cross entropy (Szegedy et al., 2016), computed on non-padding positions only, and
+:func:`batch_loss`, a batch's loss under the model: what training minimises, validation reports and
+the precision probe times, computed the same way for all three.
 
 The loss over a large vocabulary is a good part of a small model's training step, so its gradient is
 written out: with q the smoothed target distribution ((1 - eps) on the target, eps / V everywhere),
@@ -10,6 +12,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from nmt.data import Batch
+from nmt.special import PAD_ID
 
 
 class _SmoothedNLL(torch.autograd.Function):
@@ -42,3 +47,11 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
     over all classes), but also returns the plain NLL for perplexity without a second softmax.
     """
     return _SmoothedNLL.apply(logits, target, epsilon)
+
+
+def batch_loss(model: torch.nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Summed smoothed loss and summed NLL of ``batch``'s target tokens under ``model`` (a
+    :class:`~nmt.models.base.Seq2Seq` or its DDP/compiled wrapper), teacher-forced; padding is masked."""
+    target_mask = batch.tgt_out.ne(PAD_ID)
+    logits = model(batch.src, batch.tgt_in, target_mask)
+    return label_smoothed_nll(logits, batch.tgt_out[target_mask], epsilon)

@@ -16,9 +16,8 @@ from nmt.data import Batch, PreparedData, TokenBatchSampler, collate
 from nmt.devices import autocast, machine_key, probe_bf16_speedup
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
-from nmt.special import PAD_ID
 from nmt.training.distributed import Dist, broadcast_object
-from nmt.training.loss import label_smoothed_nll
+from nmt.training.loss import batch_loss
 
 PROBE_CACHE = "precision_probe.json"  # in data.cache_dir, beside the prepared corpora
 PROBE_BATCHES = 8  # training batches the probe cycles through: their shapes vary as training's do
@@ -57,10 +56,8 @@ def bf16_probe(
                 )
         batch = batches[calls[0] // 2 % len(batches)]  # both precisions of a pair time the same batch
         calls[0] += 1
-        keep = batch.tgt_out.ne(PAD_ID)
         with autocast(device, precision):
-            logits = model(batch.src, batch.tgt_in, keep)
-            loss, _ = label_smoothed_nll(logits, batch.tgt_out[keep], cfg.optim.label_smoothing)
+            loss, _ = batch_loss(model, batch, cfg.optim.label_smoothing)
         loss.backward()
 
     def speedup() -> tuple[float, str]:

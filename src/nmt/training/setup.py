@@ -62,7 +62,7 @@ class Run:
     ckpt_dir: Path
     progress: Progress
     clock: BudgetClock  # the budget, and how much of it is spent
-    ended: str  # why a resumed run has nothing left to train ("" = it has): see ended()
+    end_reason: str | None  # why a resumed run has nothing left to train (None: it has); see end_reason()
     parent: dict | None = None  # a fine-tune's parent checkpoint (trainer.init_from): path, digest, step
 
 
@@ -141,11 +141,11 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         window=cfg.trainer.average_window,
         count=cfg.trainer.keep_checkpoints,
     )
-    done = ended(cfg, progress, clock)
+    reason = end_reason(cfg, progress, clock)
     # A finished run re-run writes nothing, TensorBoard included, unless its last validation is pending. A
     # resumed one drops the events that came after its checkpoint's step, but not those of that step (its
     # validation), hence + 1.
-    writes = not done or progress.pending_validation
+    writes = reason is None or progress.pending_validation
     monitor = Monitor(
         run_dir,
         cfg,
@@ -168,19 +168,19 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         ckpt_dir=ckpt_dir,
         progress=progress,
         clock=clock,
-        ended=done,
+        end_reason=reason,
         parent=parent.record if parent else None,
     )
 
 
-def ended(cfg: TrainConfig, progress: Progress, clock: BudgetClock) -> str:
-    """Why the run has nothing left to train ("" = it has): its budget is spent, or early stopping ended
+def end_reason(cfg: TrainConfig, progress: Progress, clock: BudgetClock) -> str | None:
+    """Why the run has nothing left to train (None: it has): its budget is spent, or early stopping ended
     it. Both are judged by the current config, so raising the budget or ``trainer.patience`` continues
     a resumed run, while re-running the same command does nothing."""
     patience = cfg.trainer.patience
     if patience and progress.bad_validations >= patience:
         return early_stopping(patience)
-    return clock.finished(progress.step)
+    return clock.finished(progress.step) or None
 
 
 def early_stopping(patience: int) -> str:

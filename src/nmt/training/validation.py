@@ -15,8 +15,7 @@ from nmt.decoding import translate_ids
 from nmt.devices import autocast
 from nmt.metrics import corpus_scores
 from nmt.models import Seq2Seq
-from nmt.special import PAD_ID
-from nmt.training.loss import label_smoothed_nll
+from nmt.training.loss import batch_loss
 
 
 @torch.no_grad()
@@ -31,9 +30,7 @@ def validate(model: Seq2Seq, data: PreparedData, cfg: TrainConfig, device, preci
     for idx in sampler:
         batch = collate(split, idx, cfg.model.max_positions).to(device)
         with autocast(device, precision):
-            target_mask = batch.tgt_out.ne(PAD_ID)
-            logits = model(batch.src, batch.tgt_in, target_mask)
-        nll += label_smoothed_nll(logits, batch.tgt_out[target_mask], 0.0)[1].item()
+            nll += batch_loss(model, batch, 0.0)[1].item()
         tokens += batch.tgt_tokens
     n = (
         len(split)
