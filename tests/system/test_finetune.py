@@ -173,7 +173,7 @@ def test_an_averaged_checkpoint_is_a_parent_too(toy, toy_run, tmp_path):
 
 
 def test_a_resumed_fine_tune_continues_exactly(toy, parent, tmp_path):
-    resumable = ("model.dropout=0.1", f"trainer.valid_every={STEPS // 2}")  # RNG state matters; validated
+    resumable = ("model.dropout=0.1", f"trainer.valid_every={STEPS // 2}")  # dropout: the RNG state matters
     overrides = (*TASK_B, *toy.short, *resumable, f"trainer.init_from={parent}")
     straight = toy.train(tmp_path / "straight", *overrides, f"trainer.max_steps={STEPS}")
     run_dir = tmp_path / "resumed"
