@@ -1,12 +1,16 @@
 """The service's queue and worker processes without a model (tests/serve_fakes.py): batching, a job whose
 client left is never decoded, a batch past its deadline stops its worker, which comes back, a crashed
-worker comes back, and an app served twice (a second event loop) still decodes."""
+worker comes back, and an app served twice (a second event loop) still decodes.
+
+Most tests share one batcher, started once (a worker process takes a second or two to start: it imports
+torch); the others start and stop a batcher of their own."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -34,14 +38,35 @@ async def answer(batcher: Batcher, ids, settings=None, timeout: float = 30.0):
     return await job.future
 
 
+# The event loop that the shared batcher (the fixture's) serves on, in a thread of its own.
+SERVING: dict[Batcher, asyncio.AbstractEventLoop] = {}
+
+
 @pytest.fixture(scope="module")
 def batcher():
-    """One started batcher for the module's tests, each run on a loop of its own (asyncio.run): it is
-    started and stopped per test, the worker processes survive between them only if they can."""
-    return make_batcher()
+    """One batcher for the module's tests, started once on an event loop in a thread of its own: its
+    worker process is started once, and again only after a test stops or kills it."""
+    batcher = make_batcher()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="serving loop", daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(batcher.start(), loop).result()
+    SERVING[batcher] = loop
+    yield batcher
+    del SERVING[batcher]
+    asyncio.run_coroutine_threadsafe(batcher.stop(), loop).result()
+    asyncio.run_coroutine_threadsafe(loop.shutdown_default_executor(), loop).result()
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join()
+    loop.close()
 
 
 def run(batcher: Batcher, coro_fn):
+    """``coro_fn()`` on the shared batcher's loop, or (another batcher) on a loop of its own that starts
+    the batcher before and stops it after."""
+    if batcher in SERVING:
+        return asyncio.run_coroutine_threadsafe(coro_fn(), SERVING[batcher]).result(timeout=300)
+
     async def main():
         await batcher.start()
         try:
@@ -249,6 +274,14 @@ def test_two_workers_decode_two_batches_at_once():
 
     elapsed, pids = run(batcher, scenario)
     assert len(pids) == 2 and elapsed < 1.9
+
+
+def test_a_batcher_served_again_on_another_event_loop_still_decodes():
+    """Stopped, then started on a new event loop (an app served twice), a batcher decodes again."""
+    batcher = make_batcher()
+    first = run(batcher, lambda: answer(batcher, [[1]]))
+    second = run(batcher, lambda: answer(batcher, [[2]]))
+    assert first[0] == [[1]] and second[0] == [[2]] and first[1] != second[1]  # a worker started again
 
 
 def test_a_worker_that_cannot_start_is_an_error_naming_why():

@@ -48,6 +48,9 @@ class Toy:
         "trainer.attention_image=false",
         "trainer.log_every=10",
     )
+    # For runs whose assertions do not need the model to learn (determinism, resuming, budgets,
+    # checkpoints): width 32 instead of the preset's 128, a few times faster per update.
+    tiny: tuple[str, ...] = ("model.d_model=32", "model.ff_dim=64", "model.heads=2")
 
     def overrides(self, *overrides: str, preset: bool = True) -> list[str]:
         """The toy preset (``preset=False``: its data only, for models whose keys it does not set), the

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nmt.config import EvaluateConfig
+from nmt.config import EvaluateConfig, ExportCT2Config
 from nmt.data import prepare_text, read_lines
 from nmt.decoding import translate_ids
 from nmt.evaluation import evaluate_checkpoint
@@ -22,6 +22,7 @@ from nmt.translator import Translator
 pytest.importorskip("ctranslate2")
 
 from nmt.ct2.backend import CT2Backend  # noqa: E402
+from nmt.ct2.export import export_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +40,15 @@ def setup(toy_run, exported):
     text = prepare_text(toy_run.cfg.data, progress=False)
     sources = translator.tokenizer.encode_src(read_lines(text / "test.src") + read_lines(text / "valid.src"))
     return translator, backend, sources
+
+
+@pytest.fixture(scope="module")
+def torch_evaluation(toy_run, tmp_path_factory):
+    """The PyTorch backend's evaluation of the checkpoint (its config and report), which the CTranslate2
+    ones are compared with, in a folder of its own that an evaluation may write beside it."""
+    cfg = EvaluateConfig(checkpoint=str(toy_run.checkpoints / "last.pt"), device="cpu")
+    out_dir = tmp_path_factory.mktemp("evaluation")
+    return cfg, out_dir, evaluate_checkpoint(cfg, out_dir)
 
 
 def decode_both(setup, **decoding):
@@ -175,11 +185,9 @@ def test_decoders_benchmark_times_every_row_and_scores_its_output(toy, toy_run, 
     assert "vs fastest CT2" in proc.stdout
 
 
-def test_evaluation_with_the_ct2_backend(toy_run, exported, tmp_path):
-    torch_cfg = EvaluateConfig(checkpoint=str(toy_run.checkpoints / "last.pt"), device="cpu")
-    ct2_cfg = replace(torch_cfg, backend="ct2", ct2_model=str(exported))
-    ct2 = evaluate_checkpoint(ct2_cfg, tmp_path)
-    ours = evaluate_checkpoint(torch_cfg, tmp_path)
+def test_evaluation_with_the_ct2_backend(exported, torch_evaluation):
+    torch_cfg, out_dir, ours = torch_evaluation
+    ct2 = evaluate_checkpoint(replace(torch_cfg, backend="ct2", ct2_model=str(exported)), out_dir)
     # named after the export's directory ("model"), so that two exports (e.g. int8) keep their own files
     assert ct2.backend == "ct2" and Path(ct2.hypotheses).name.endswith(".ct2-model.hyp")
     assert ct2.ct2_model == str(exported.resolve())
@@ -189,29 +197,25 @@ def test_evaluation_with_the_ct2_backend(toy_run, exported, tmp_path):
 
 @pytest.mark.parametrize("quantization", ["int8", "float16"])
 def test_a_quantized_model_translates_like_the_full_precision_one(
-    toy, toy_run, setup, tmp_path, quantization
+    toy_run, setup, torch_evaluation, tmp_path, quantization
 ):
     """What quantization promises, on any x86 CPU (whose int8 kernels round differently): a trained
     model's translations and BLEU stay close to full precision (on AVX2 int8 kernels the toy model
     scored 93.4 against 95.5)."""
     translator, full, sources = setup
     output = tmp_path / quantization
-    checkpoint = toy_run.checkpoints / "last.pt"
-    proc = toy.script(
-        "export_ct2.py",
-        f"checkpoint={checkpoint}",
-        f"output={output}",
-        f"quantization={quantization}",
-        cwd=tmp_path,
+    # in this process: the export script itself is the ``toy_ct2`` fixture's
+    export_checkpoint(
+        ExportCT2Config(
+            checkpoint=str(toy_run.checkpoints / "last.pt"), output=str(output), quantization=quantization
+        )
     )
-    assert proc.returncode == 0, proc.stderr
     quantized = CT2Backend(output, translator.tokenizer, inter_threads=1, intra_threads=1)
     cfg = replace(translator.cfg.decoding, beam_size=1)
     exact, close = full.translate_ids(sources, cfg), quantized.translate_ids(sources, cfg)
     same = sum(a[0].tokens == b[0].tokens for a, b in zip(exact, close))
     assert same >= 0.9 * len(sources)
-    torch_cfg = EvaluateConfig(checkpoint=str(checkpoint), device="cpu")
-    ours = evaluate_checkpoint(torch_cfg, tmp_path / "torch")
+    torch_cfg, _, ours = torch_evaluation
     report = evaluate_checkpoint(replace(torch_cfg, backend="ct2", ct2_model=str(output)), tmp_path / "ct2")
     # 200 short toy sentences: one changed word moves BLEU by about a point, so relative, not absolute
     assert report.scores["bleu"].score >= 0.95 * ours.scores["bleu"].score

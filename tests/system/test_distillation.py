@@ -149,13 +149,8 @@ def test_the_script_distils_with_an_ensemble_and_prints_the_students_command(toy
     ]
 
 
-def test_the_ct2_backend_distils_into_its_own_corpus(distill_cfg, toy, toy_run, tmp_path):
-    pytest.importorskip("ctranslate2")
-    model = tmp_path / "ct2"
-    proc = toy.script(
-        "export_ct2.py", f"checkpoint={toy_run.checkpoints / 'last.pt'}", f"output={model}", cwd=tmp_path
-    )
-    assert proc.returncode == 0, proc.stderr
+def test_the_ct2_backend_distils_into_its_own_corpus(distill_cfg, toy_ct2):
+    model = toy_ct2  # the session's toy model (the teacher) exported by scripts/export_ct2.py
     torch_corpus = distill(distill_cfg(), progress=False)
     ct2_corpus = distill(distill_cfg("backend=ct2", f"ct2_model={model}"), progress=False)
     assert ct2_corpus.folder.parent != torch_corpus.folder.parent and ct2_corpus.translated_now == TRAIN

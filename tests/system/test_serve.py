@@ -518,12 +518,9 @@ def test_concurrent_clients_are_all_answered_once_and_batching_changes_nothing(
 
 # ------------------------------------------------------------------------------ CTranslate2
 @pytest.fixture(scope="module")
-def exported(toy, checkpoint, tmp_path_factory) -> Path:
-    pytest.importorskip("ctranslate2")
-    output = tmp_path_factory.mktemp("ct2") / "model"
-    proc = toy.script("export_ct2.py", f"checkpoint={checkpoint}", f"output={output}", cwd=output.parent)
-    assert proc.returncode == 0, proc.stderr
-    return output
+def exported(toy_ct2) -> Path:
+    """The session's toy model exported by scripts/export_ct2.py (skipped without ctranslate2)."""
+    return toy_ct2
 
 
 def test_settings_the_ct2_backend_cannot_decode_are_refused_at_start_and_per_request(

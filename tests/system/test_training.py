@@ -75,12 +75,12 @@ def test_the_toy_task_is_learned(toy_run):
 def straight(toy, tmp_path_factory):
     """STEPS steps in one go."""
     return toy.train(
-        tmp_path_factory.mktemp("straight"), *toy.short, *RESUMABLE, f"trainer.max_steps={STEPS}"
+        tmp_path_factory.mktemp("straight"), *toy.short, *toy.tiny, *RESUMABLE, f"trainer.max_steps={STEPS}"
     )
 
 
 def test_same_config_same_run(toy, straight, tmp_path):
-    again = toy.train(tmp_path, *toy.short, *RESUMABLE, f"trainer.max_steps={STEPS}")
+    again = toy.train(tmp_path, *toy.short, *toy.tiny, *RESUMABLE, f"trainer.max_steps={STEPS}")
     first, second = (load_checkpoint(r.checkpoints / "last.pt") for r in (straight, again))
     assert first["progress"]["history"] == second["progress"]["history"]
     assert len(first["progress"]["history"]) == 2 and first["progress"]["step"] == STEPS
@@ -90,14 +90,14 @@ def test_same_config_same_run(toy, straight, tmp_path):
 
 def test_resuming_in_a_new_process_continues_exactly(toy, straight, tmp_path):
     run_dir = tmp_path / "resumed"
-    half = toy.train(run_dir, *toy.short, *RESUMABLE, f"trainer.max_steps={STEPS // 2}")
+    half = toy.train(run_dir, *toy.short, *toy.tiny, *RESUMABLE, f"trainer.max_steps={STEPS // 2}")
     assert half.final["step"] == STEPS // 2
     saved = load_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert saved["progress"]["step"] == STEPS // 2
     assert saved["progress"]["epoch"] == saved["sampler"]["epoch"] == 0  # stopped mid-epoch
     assert saved["sampler"]["position"] == STEPS // 2
 
-    args = [*toy.short, *RESUMABLE, f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
+    args = [*toy.short, *toy.tiny, *RESUMABLE, f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
     proc = toy.script("train.py", *toy.overrides(*args, f"trainer.max_steps={STEPS}"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"at step {STEPS // 2}" in proc.stdout + proc.stderr  # "resumed from ... at step 20"
@@ -150,13 +150,13 @@ def test_rerunning_a_finished_run_does_nothing_and_says_so(
     """Re-running the command of a finished run (trainer.resume=auto) must not train, validate or write."""
     if limit == "max_steps":
         shutil.copytree(straight.run_dir, tmp_path, dirs_exist_ok=True)
-        overrides = [*toy.short, *RESUMABLE, f"trainer.max_steps={STEPS}"]
+        overrides = [*toy.short, *toy.tiny, *RESUMABLE, f"trainer.max_steps={STEPS}"]
     elif limit == "max_epochs":  # one epoch, ~30 steps, validated at its end
-        overrides = [*toy.short, "trainer.max_epochs=1", "trainer.valid_every=1000"]
+        overrides = [*toy.short, *toy.tiny, "trainer.max_epochs=1", "trainer.valid_every=1000"]
         toy.train(tmp_path, *overrides)
     else:  # a fake minute per update: 3 updates, and the one that carries the decision to stop
         FakeClock(monkeypatch, update_s=60.0)
-        overrides = [*toy.short, "trainer.max_minutes=3", "trainer.valid_every=1000"]
+        overrides = [*toy.short, *toy.tiny, "trainer.max_minutes=3", "trainer.valid_every=1000"]
         toy.train(tmp_path, *overrides)
     before = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     expected = {"max_steps": ("step", STEPS), "max_epochs": ("epoch", 1), "max_minutes": ("step", 4)}[limit]
@@ -177,7 +177,7 @@ def test_a_resumed_timed_run_stops_where_the_uninterrupted_one_does(toy, tmp_pat
     """30 s per update, 120 s per validation, validation every 2 updates, 5 minutes: the validations
     count against the budget in a resumed run too (its checkpoint holds the time after validating)."""
     FakeClock(monkeypatch, update_s=30.0, validation_s=120.0)
-    overrides = [*toy.short, "trainer.max_minutes=5", "trainer.valid_every=2"]
+    overrides = [*toy.short, *toy.tiny, "trainer.max_minutes=5", "trainer.valid_every=2"]
     straight = toy.train(tmp_path / "straight", *overrides)
     expected = load_checkpoint(straight.checkpoints / "last.pt")["progress"]
     # 0-60 s: updates 1-2, validation to 180 s; updates 3-4 to 240 s, validation to 360 s; update 5 carries
@@ -198,6 +198,7 @@ def test_ctrl_c_saves_and_the_printed_command_resumes(toy, tmp_path):
     run_dir = tmp_path / "run dir"  # the printed command must quote what needs quoting
     args = toy.overrides(
         *toy.short,
+        *toy.tiny,
         "trainer.max_steps=100000",
         "trainer.valid_every=5",
         "optim.betas=[0.9,0.98]",
@@ -308,7 +309,7 @@ def nan_loss_on(monkeypatch, bad_calls) -> None:
 
 def test_non_finite_losses_skip_the_update(toy, tmp_path, monkeypatch, caplog):
     nan_loss_on(monkeypatch, lambda call: call in (6, 7))
-    run = toy.train(tmp_path, *toy.short, "trainer.max_steps=10", "trainer.valid_every=5")
+    run = toy.train(tmp_path, *toy.short, *toy.tiny, "trainer.max_steps=10", "trainer.valid_every=5")
     ckpt = load_checkpoint(run.checkpoints / "last.pt")
     assert ckpt["progress"]["step"] == 10
     assert ckpt["progress"]["skipped_steps"] == 2 and ckpt["progress"]["bad_steps"] == 0
@@ -324,7 +325,12 @@ def test_persistent_non_finite_losses_stop_training(toy, tmp_path, monkeypatch):
         NMTError, match=r"4 consecutive non-finite losses/gradients at step 9 \(trainer.max_bad_steps=3\)"
     ):
         toy.train(
-            tmp_path, *toy.short, "trainer.max_steps=50", "trainer.valid_every=5", "trainer.max_bad_steps=3"
+            tmp_path,
+            *toy.short,
+            *toy.tiny,
+            "trainer.max_steps=50",
+            "trainer.valid_every=5",
+            "trainer.max_bad_steps=3",
         )
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert ckpt["progress"]["step"] == 5 and all_finite(ckpt["model"])
@@ -338,7 +344,7 @@ def test_non_finite_weights_are_never_checkpointed(toy, tmp_path, monkeypatch):
     with pytest.raises(  # step 9: the first averaging checkpoint of the last 20 % of 10 steps
         NMTError, match="step 9: model weights are not finite; refusing to write a checkpoint"
     ):
-        toy.train(tmp_path, *toy.short, "trainer.max_steps=10", "trainer.valid_every=5")
+        toy.train(tmp_path, *toy.short, *toy.tiny, "trainer.max_steps=10", "trainer.valid_every=5")
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert ckpt["progress"]["step"] == 5 and all_finite(ckpt["model"])
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["best.pt", "last.pt", "step_5.pt"]
@@ -389,7 +395,7 @@ def test_values_that_cannot_work_fail_at_start_in_one_line(toy, tmp_path, overri
 
 def test_step_checkpoints_for_averaging_cover_the_end_of_a_short_run(toy, tmp_path):
     """Few validations (one, at the end): the averaging checkpoints still come from the last 20 %."""
-    run = toy.train(tmp_path, *toy.short, "trainer.max_steps=50", "trainer.valid_every=1000")
+    run = toy.train(tmp_path, *toy.short, *toy.tiny, "trainer.max_steps=50", "trainer.valid_every=1000")
     steps = sorted(int(p.stem.split("_")[1]) for p in run.checkpoints.glob("step_*.pt"))
     assert steps == [42, 44, 46, 48, 50]
     assert len(load_checkpoint(run.checkpoints / "last.pt")["progress"]["history"]) == 1
@@ -407,7 +413,7 @@ def test_a_time_budget_ends_the_run_and_places_the_averaging_checkpoints(toy, tm
 
     monkeypatch.setattr(loop.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(loop, "train_step", minute_long_step)
-    run = toy.train(tmp_path, *toy.short, "trainer.max_minutes=10", "trainer.valid_every=1000")
+    run = toy.train(tmp_path, *toy.short, *toy.tiny, "trainer.max_minutes=10", "trainer.valid_every=1000")
     ckpt = load_checkpoint(run.checkpoints / "last.pt")
     assert ckpt["progress"]["step"] == 11 and ckpt["progress"]["elapsed_s"] == 660.0
     steps = sorted(int(p.stem.split("_")[1]) for p in run.checkpoints.glob("step_*.pt"))
