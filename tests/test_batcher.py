@@ -8,6 +8,7 @@ torch); the others start and stop a batcher of their own."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import signal
 import threading
@@ -288,3 +289,24 @@ def test_a_worker_that_cannot_start_is_an_error_naming_why():
     batcher = Batcher([Worker(failing_factory, 1, "worker 0")], 100, 8, ServiceMetrics())
     with pytest.raises(NMTError, match="worker 0 could not start: ct2_model=/nowhere: no model here"):
         run(batcher, lambda: asyncio.sleep(0))
+
+
+def test_a_server_stopped_while_a_worker_starts_again_leaves_no_process_behind():
+    """A worker started again (after a crash) is still starting in its thread when the server stops:
+    the stop waits for it and stops it, so no process outlives the server (a worker ignores SIGTERM,
+    so one left behind would hold up the interpreter's exit)."""
+    name = "worker 7"  # a name no other test's worker has
+    batcher = Batcher([Worker(fake_factory, 1, name)], 100, 8, ServiceMetrics())
+
+    async def main():
+        await batcher.start()
+        os.kill(batcher.workers[0].process.pid, signal.SIGKILL)
+        for _ in range(500):  # until the supervisor has begun starting it again
+            if batcher.restarts:
+                break
+            await asyncio.sleep(0.01)
+        assert batcher.restarts == 1 and not batcher.workers[0].ready  # mid-start
+        await batcher.stop()
+
+    asyncio.run(main())  # returns once the executor's threads, the start among them, have ended
+    assert not [p for p in multiprocessing.active_children() if p.name == name]

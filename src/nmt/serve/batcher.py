@@ -84,6 +84,7 @@ class Batcher:
         self.restarts = 0  # of workers and consumers
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
+        self._starting: set[asyncio.Future] = set()  # workers started again, in executor threads
 
     # ------------------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -104,6 +105,9 @@ class Batcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        # a restart outlives its cancelled consumer (its thread runs on): let it finish, then stop what
+        # it started, or that process would outlive the server (and hold up the interpreter's exit)
+        await asyncio.gather(*self._starting, return_exceptions=True)
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, w.stop) for w in self.workers))
         while self.pending:
@@ -248,8 +252,11 @@ class Batcher:
         wait, longest = RESTART_BACKOFF_S
         self._update_gauges()
         while True:
+            starting = loop.run_in_executor(None, worker.start)
+            self._starting.add(starting)
+            starting.add_done_callback(self._starting.discard)
             try:
-                await loop.run_in_executor(None, worker.start)
+                await asyncio.shield(starting)
             except NMTError as e:
                 log.error("%s did not start: %s; trying again in %.1f s", worker.name, e, wait)
                 await asyncio.sleep(wait)
