@@ -174,7 +174,7 @@ def open_backend(
     workers: int = 1,
 ) -> Backend:
     """The backend that ``backend=name`` and ``workers`` ask for over ``loaded`` (checked beforehand with
-    :func:`check_workers`): ``workers`` > 1 decodes with ``backend=torch`` on the CPU in that many
+    :func:`check_backend`): ``workers`` > 1 decodes with ``backend=torch`` on the CPU in that many
     single-threaded processes, each loading ``loaded``'s checkpoints."""
     positions = loaded.cfg.model.max_positions
     if workers > 1:
