@@ -5,7 +5,7 @@ wrongly typed value in an override fails when Hydra composes the config, before 
 Each config group option (``data/local.yaml``, ``model/rnnsearch.yaml``, ...) starts from one of the
 schemas stored in :mod:`~nmt.config.registry` (``defaults: [local_schema]``), so the subclass decides
 which keys exist. A module per concept, each importing only those below it: :mod:`~nmt.config.knobs`
-(a setting's rule or choices, their checks, the ``--help`` text), :mod:`~nmt.config.training` (the
+(a setting's rule or choices, their checks, the ``--help`` text), :mod:`~nmt.config.train` (the
 schemas of a training run and their checks), :mod:`~nmt.config.scripts` (the other scripts' schemas) and
 :mod:`~nmt.config.registry`; every name is re-exported here, as ``from nmt.config import X``.
 """
@@ -67,7 +67,7 @@ from nmt.config.scripts import (
     data_or_model_data,
     valid_host_pattern,
 )
-from nmt.config.training import (
+from nmt.config.train import (
     ATTENTION_KINDS,
     DATA_FOLDERS,
     DATA_SCHEMAS,

@@ -28,7 +28,7 @@ from nmt.config.scripts import (
     ShortlistConfig,
     TranslateConfig,
 )
-from nmt.config.training import (
+from nmt.config.train import (
     DecodingConfig,
     HFDataConfig,
     LocalDataConfig,

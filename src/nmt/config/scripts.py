@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from nmt.config.knobs import NON_NEGATIVE, POSITIVE, knob, overrides_of
-from nmt.config.training import PRECISIONS, DataConfig, DecodingConfig, TokenizerConfig
+from nmt.config.train import PRECISIONS, DataConfig, DecodingConfig, TokenizerConfig
 from nmt.errors import NMTError
 
 # ------------------------------------------------- shared by the scripts that decode with a checkpoint
