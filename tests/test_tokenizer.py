@@ -125,8 +125,11 @@ def test_the_same_vocabulary_trained_from_text_elsewhere_has_the_same_fingerprin
 # Trains on named pipes written once: the parent's digest of them reads them, the trainer's process then
 # waits for ever to read them again, as a trainer busy for minutes on a big corpus would keep it.
 STUCK_TRAINER = """
-import os, sys, threading
+import os, signal, sys, threading
 from pathlib import Path
+# Ctrl-C as in a program started from a terminal: a background job of a shell without job control (a CI
+# script's `cmd &`) starts with SIGINT ignored, and Python then installs no KeyboardInterrupt for it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
 from nmt.tokenizer import train_tokenizer
