@@ -23,6 +23,17 @@ def test_an_unknown_key_is_refused_with_or_without_plus_naming_the_closest(plus)
         check_overrides("train", ["experiment=toy", f"{plus}trainer.max_stepz=5"])
 
 
+@pytest.mark.parametrize("plus", ["", "+", "++"])
+def test_a_key_of_an_unknown_section_is_refused_with_or_without_plus(plus):
+    message = r"^trainr\.max_steps: no such setting; did you mean trainer\.max_steps\?"
+    with pytest.raises(NMTError, match=message):
+        check_overrides("train", ["experiment=toy", f"{plus}trainr.max_steps=5"])
+    with pytest.raises(
+        NMTError, match=r"^decoding\.beam\.size: no such setting; did you mean decoding\.beam_size\?"
+    ):
+        check_overrides("translate", ["checkpoint=a.pt", f"{plus}decoding.beam.size=1"])
+
+
 @pytest.mark.parametrize(
     "config, override, closest",
     [
@@ -109,6 +120,42 @@ def test_translate_refuses_a_typo_before_the_model_loads(tmp_path):
             "backend=ct: must be one of torch, ct2; did you mean ct2?",
         ),
         ("translate", ["checkpoint=missing.pt", "decoding.beam_size=0"], "decoding.beam_size=0: must be > 0"),
+        (
+            "translate",
+            ["checkpoint=missing.pt", "device=gpu"],
+            "device=gpu: must be auto, cpu, cuda, cuda:N (the GPU of index N) or mps",
+        ),
+        (
+            "train",
+            ["experiment=toy", "trainer.device=gpu"],
+            "trainer.device=gpu: must be auto, cpu, cuda, cuda:N (the GPU of index N) or mps",
+        ),
+        (
+            "translate",
+            ["checkpoint=null"],
+            "checkpoint=null: a required setting; give a value (checkpoint=...)",
+        ),
+        (
+            "evaluate",
+            ["checkpoint=null"],
+            "checkpoint=null: a required setting; give a value (checkpoint=...)",
+        ),
+        ("score", ["checkpoint=null"], "checkpoint=null: a required setting; give a value (checkpoint=...)"),
+        ("serve", ["checkpoint=null"], "checkpoint=null: a required setting; give a value (checkpoint=...)"),
+        ("distill", ["teacher=null"], "teacher=null: a required setting; give a value (teacher=...)"),
+        (
+            "translate",
+            ["checkpoint=missing.pt", "input=${oc.env:NMT_TEST_UNSET}/x"],
+            "input: cannot resolve its interpolation (KeyError raised while resolving interpolation: "
+            "\"Environment variable 'NMT_TEST_UNSET' not found\")",
+        ),
+        (
+            "translate",
+            ["checkpoint=${nokey}"],
+            "checkpoint: cannot resolve its interpolation (Interpolation key 'nokey' not found)",
+        ),
+        ("average_checkpoints", ["run_dir=missing", "last=0"], "last=0: must be > 0"),
+        ("average_checkpoints", ["run_dir=missing", "last=-1"], "last=-1: must be > 0"),
         (
             "benchmark",
             ["experiment=toy", "bench.precisions=[fp32,bf61]"],

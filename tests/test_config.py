@@ -97,6 +97,11 @@ def test_toy_experiment_selects_toy_data_and_a_small_vocabulary(compose_cfg):
         ("model.cross_attention=luong", "model.cross_attention=luong: must be one of dot_product, additive"),
         ("model.positional=rope model.d_model=36", "model.positional=rope needs model.rope_base > 0"),
         ("model.positional=rope model.self_attention=additive", "model.positional=rope rotates"),
+        # SentencePiece's own refusals, which would come only after the corpus is prepared
+        ("tokenizer.character_coverage=1.5", "tokenizer.character_coverage=1.5: must be in (0, 1]"),
+        ("data.clean.max_words=0", "data.clean.max_words=0: must be > 0"),
+        ("data.vocab_words=0", "data.vocab_words=0: must be > 0"),
+        ("trainer.device=gpu", "trainer.device=gpu: must be auto, cpu, cuda, cuda:N"),
     ],
 )
 def test_values_that_cannot_work_are_refused_naming_the_key(override, message, compose_cfg):

@@ -23,6 +23,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from nmt.config import check_values, field_comments, register_configs
 from nmt.errors import NMTError, hide_credentials
@@ -159,7 +160,9 @@ def _missing(cfg: DictConfig, key: str) -> str | None:
     *parents, name = key.split(".")
     node: Any = cfg
     for i, part in enumerate(parents):
-        node = node._get_node(part) if isinstance(node, DictConfig) and _has(node, part) else None
+        if isinstance(node, DictConfig) and not node._is_none() and not _has(node, part):
+            return NO_SUCH_SETTING  # a section that does not exist: +trainr.max_steps
+        node = node._get_node(part) if isinstance(node, DictConfig) else None
         if isinstance(node, DictConfig) and node._is_none():
             path = ".".join(parents[: i + 1])
             options = _options(path)
@@ -251,7 +254,7 @@ def run_cli(fn: Callable[..., T]) -> Callable[..., T]:
             for arg in args:
                 if isinstance(arg, DictConfig):
                     check_required(arg)
-                    settings = OmegaConf.to_object(arg)
+                    settings = resolved(arg)
                     if dataclasses.is_dataclass(settings):
                         check_values(settings)
             return fn(*args, **kwargs)
@@ -260,6 +263,16 @@ def run_cli(fn: Callable[..., T]) -> Callable[..., T]:
             sys.exit(1)
 
     return wrapper
+
+
+def resolved(cfg: DictConfig) -> Any:
+    """The config as objects, its interpolations (``${key}``, ``${oc.env:NAME}``) resolved; one that
+    cannot be is refused in one line naming its key."""
+    try:
+        return OmegaConf.to_object(cfg)
+    except InterpolationResolutionError as e:
+        why = str(e).splitlines()[0]  # omegaconf's next lines repeat the key and name the schema
+        raise NMTError(f"{e.full_key}: cannot resolve its interpolation ({why})") from None
 
 
 def check_required(cfg: DictConfig) -> None:

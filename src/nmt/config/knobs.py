@@ -12,6 +12,7 @@ import difflib
 import functools
 import inspect
 import io
+import re
 import textwrap
 import tokenize
 import typing
@@ -31,6 +32,11 @@ POSITIVE: Rule = (lambda v: v > 0, "must be > 0")
 NON_NEGATIVE: Rule = (lambda v: v >= 0, "must be >= 0")
 PROBABILITY: Rule = (lambda v: 0 <= v < 1, "must be in [0, 1)")
 SHARE: Rule = (lambda v: 0 < v <= 1, "must be in (0, 1]")
+# What nmt.devices.select_device takes: torch's device names for the hardware the toolkit runs on.
+DEVICE: Rule = (
+    lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None,
+    "must be auto, cpu, cuda, cuda:N (the GPU of index N) or mps",
+)
 
 
 def one_of(choices: tuple[str, ...]) -> str:
@@ -71,6 +77,13 @@ def knobs_of(config: type) -> dict[str, dict[str, Any]]:
     return found
 
 
+@functools.cache
+def required_fields(config: type) -> tuple[str, ...]:
+    """The fields of the dataclass ``config`` that have no default (``???``): null does not give them."""
+    fields = dataclasses.fields(config)
+    return tuple(f.name for f in fields if f.default == MISSING and f.default_factory is dataclasses.MISSING)
+
+
 def knob_rules(config: type) -> dict[str, Rule]:
     """The rule of each setting of ``config`` that has one."""
     return {name: meta["rule"] for name, meta in knobs_of(config).items()}
@@ -96,9 +109,13 @@ def fits_together(section: type) -> Callable[[F], F]:
 
 def check_values(cfg: object, prefix: str = "") -> None:
     """Raise NMTError naming the first setting of ``cfg`` (nested sections included) whose value breaks its
-    knob's rule, as ``KEY=VALUE: must be ...`` with the closest choice; None (not set) is never checked.
+    knob's rule, as ``KEY=VALUE: must be ...`` with the closest choice; None (not set) is never checked,
+    but for a required setting (no default), which null does not give.
     Then the settings of a section that must fit together (``FITS``)."""
     knobs = knobs_of(type(cfg))
+    for name in required_fields(type(cfg)):
+        if getattr(cfg, name, MISSING) is None:
+            raise NMTError(f"{prefix}{name}=null: a required setting; give a value ({prefix}{name}=...)")
     for name, value in vars(cfg).items():
         if dataclasses.is_dataclass(value):
             check_values(value, f"{prefix}{name}.")

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from nmt.config.knobs import NON_NEGATIVE, POSITIVE, knob, overrides_of
+from nmt.config.knobs import DEVICE, NON_NEGATIVE, POSITIVE, knob, overrides_of
 from nmt.config.train import PRECISIONS, DataConfig, DecodingConfig, TokenizerConfig
 from nmt.errors import NMTError
 
@@ -38,7 +38,7 @@ class InferenceConfig:
 
     checkpoint: Any = MISSING  # a path, or a list of paths [a.pt,b.pt]: an ensemble (checkpoint_paths)
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
-    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
+    device: str = knob("auto", DEVICE)  # "auto" | "cpu" | "cuda" | "cuda:1" ...
     # "torch" | "ct2" (CTranslate2, the model exported to ct2_model)
     backend: str = knob("torch", choices=("torch", "ct2"))
     ct2_model: str | None = None  # directory written by scripts/export_ct2.py from this checkpoint
@@ -341,7 +341,7 @@ class DecodersSpeedConfig(SplitConfig):
 @dataclass
 class AverageConfig:
     run_dir: str | None = None  # average the newest `last` step_N.pt of this run ...
-    last: int = 5
+    last: int = knob(5, POSITIVE)
     window: float = 0.0  # > 0: only step_N.pt from the last `window` share of the run's steps
     inputs: list[str] = field(default_factory=list)  # ... or exactly these checkpoints
     output: str | None = None  # default: {run_dir}/checkpoints/averaged.pt
@@ -356,7 +356,7 @@ class SelectConfig:
     alphas: list[float] = field(default_factory=list)  # length penalties to try; [] = the run's final.alphas
     split: str = "valid"
     output: str = "final.pt"  # written into checkpoints/
-    device: str = "auto"
+    device: str = knob("auto", DEVICE)
 
 
 @dataclass
@@ -368,7 +368,7 @@ class PlotAttentionConfig:
     layer: int = -1  # decoder layer (Transformer); -1 = last
     heads: str = knob("mean", choices=("mean", "all"))  # "mean" (one panel) or "all" (one panel per head)
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)
-    device: str = "auto"  # the PyTorch model's attention is plotted: no backend choice
+    device: str = knob("auto", DEVICE)  # the PyTorch model's attention is plotted: no backend choice
 
 
 @dataclass
@@ -381,7 +381,7 @@ class CompareAlignmentsConfig:
     reference_reverse: str | None = None  # the other direction: the reference is grow-diag-final-and of both
     data: EvalDataConfig = field(default_factory=EvalDataConfig)  # a split and its references ...
     eval: TextPairConfig = field(default_factory=TextPairConfig)  # ... or eval.src with eval.ref
-    device: str = "auto"
+    device: str = knob("auto", DEVICE)
     max_tokens: int = 8000  # source plus target subwords per batch
 
 
@@ -409,7 +409,7 @@ class DistillConfig:
     teacher: Any = MISSING  # a checkpoint path, or a list of paths [a.pt,b.pt]: an ensemble
     data: DataConfig | None = None  # whose training sources are translated; None = the teacher's data
     decoding: DecodingOverrides = field(default_factory=DecodingOverrides)  # None: the teacher's (tuned)
-    device: str = "auto"
+    device: str = knob("auto", DEVICE)
     # "torch" | "ct2" (CTranslate2, the teacher exported to ct2_model)
     backend: str = knob("torch", choices=("torch", "ct2"))
     ct2_model: str | None = None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING, OmegaConf
 
 from nmt.config.knobs import (
+    DEVICE,
     NON_NEGATIVE,
     POSITIVE,
     PROBABILITY,
@@ -28,7 +29,7 @@ class CleanConfig:
     """Filters applied to training pairs only (valid/test are kept whole so scores stay comparable)."""
 
     min_words: int = 1
-    max_words: int = 200
+    max_words: int = knob(200, POSITIVE)
     max_ratio: float = 3.0  # longer side / shorter side, in whitespace words
 
 
@@ -111,7 +112,7 @@ class ToyDataConfig(DataConfig):
     train_size: int = 4000
     valid_size: int = 200
     test_size: int = 200
-    vocab_words: int = 40
+    vocab_words: int = knob(40, POSITIVE)
     min_len: int = 3
     max_len: int = 10
     seed: int = 1234
@@ -128,7 +129,7 @@ class TokenizerConfig:
     joint: bool = True  # one SentencePiece model for both languages (enables tied embeddings)
     model_type: str = knob("bpe", choices=("bpe", "unigram"))  # "bpe" | "unigram"
     vocab_size: int = knob(8000, POSITIVE)
-    character_coverage: float = 1.0
+    character_coverage: float = knob(1.0, SHARE)  # share of the characters SentencePiece covers
     input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) for training
     seed: int = 42
     # Subword regularisation (Kudo 2018; BPE-dropout, Provilkov et al. 2020): the training split is also
@@ -235,7 +236,7 @@ HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False, "ppl": False}
 
 @dataclass
 class TrainerConfig:
-    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" ...
+    device: str = knob("auto", DEVICE)  # "auto" | "cpu" | "cuda" | "cuda:1" ...
     # "auto" | "fp32" | "bf16" | "fp16"; auto = bf16 (fp16 if unsupported) on GPU; on a CPU bf16 with AMX,
     # fp32 without native bf16, and with avx512_bf16 alone whichever a timed probe finds faster
     precision: str = knob("auto", choices=PRECISIONS)
