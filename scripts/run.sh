@@ -13,7 +13,11 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 RUN_DIR=${RUN_DIR:-outputs/run-$(date +%Y%m%d-%H%M%S)}
-python scripts/prepare_data.py "$@" hydra.run.dir="$RUN_DIR/prepare"
+# A re-run in the same RUN_DIR resumes: its training prepares what it needs (a fine-tune's tokenizer
+# comes from the run's own checkpoint, the parent may be gone).
+if [ ! -f "$RUN_DIR/checkpoints/last.pt" ]; then
+    python scripts/prepare_data.py "$@" hydra.run.dir="$RUN_DIR/prepare"
+fi
 python scripts/train.py "$@" hydra.run.dir="$RUN_DIR"
 python scripts/average_checkpoints.py run_dir="$RUN_DIR" last="${AVERAGE_LAST:-5}"
 python scripts/select_final.py run_dir="$RUN_DIR" ${ALPHAS:+"alphas=$ALPHAS"}

@@ -251,6 +251,56 @@ def test_ctrl_c_saves_and_the_printed_command_resumes(toy, tmp_path):
     assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"]["step"] == stopped_at + 3
 
 
+def test_resuming_as_another_architecture_is_refused_naming_the_keys(toy, tmp_path):
+    """model.heads=4 and rope over a 2-head run of learned positions: the shapes fit, the weights do not
+    mean the same. The dropout keys may change."""
+    overrides = (*toy.short, *toy.tiny, "trainer.max_steps=2", "trainer.valid_every=2")
+    run = toy.train(tmp_path, *overrides)
+    last = run.checkpoints / "last.pt"
+    before = last.read_bytes()
+    with pytest.raises(NMTError) as e:
+        toy.train(tmp_path, *overrides, "model.heads=4", "model.positional=rope", "trainer.max_steps=4")
+    assert str(e.value) == (
+        f"model.heads=4 model.positional=rope: trainer.resume=auto ({last}, the run of this "
+        "hydra.run.dir) was trained with model.heads=2 model.positional=learned; a resumed run keeps "
+        "its architecture (drop the override, or train a new run in another hydra.run.dir)"
+    )
+    assert last.read_bytes() == before
+    toy.train(tmp_path, *overrides, "model.dropout=0.2", "model.attention_dropout=0.1", "trainer.max_steps=4")
+    assert load_checkpoint(last)["progress"]["step"] == 4
+
+
+def test_a_second_training_process_in_a_run_dir_is_refused_and_a_dead_ones_lock_taken_over(toy, tmp_path):
+    """A process holds the run dir as train.py does; a training run there is refused naming its PID and
+    writes nothing. Killed, it leaves its PID in the lock file, and the next run takes the lock over."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_RUN_DIR, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=toy.env()
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(NMTError) as e:
+            toy.train(tmp_path, *toy.short, *toy.tiny, "trainer.max_steps=2")
+        assert str(e.value).startswith(f"{tmp_path}: another training process (PID {holder.pid}) is running")
+        assert not (tmp_path / "checkpoints").exists()
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert (tmp_path / "train.lock").read_text().strip() == str(holder.pid)  # a dead holder's
+    run = toy.train(tmp_path, *toy.short, *toy.tiny, "trainer.max_steps=2", "trainer.valid_every=2")
+    assert load_checkpoint(run.checkpoints / "last.pt")["progress"]["step"] == 2
+    assert (tmp_path / "train.lock").read_text() == ""  # released
+
+
+HOLD_RUN_DIR = """
+import sys, time
+from pathlib import Path
+from nmt.training.lock import hold_run_dir
+with hold_run_dir(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
 # ----------------------------------------------------------------------------- a checkpoint alone
 
 

@@ -44,11 +44,12 @@ def fine_tune(cfg: TrainConfig, resume_from: Path | None) -> FineTune | None:
     or without ``init_from``, which it no longer reads."""
     path = cfg.trainer.init_from
     if resume_from is not None:
+        own = ckpt_io.load_checkpoint(resume_from)
         if path:
+            check_resumes_a_fine_tune_of(own, path, resume_from)
             log.info(
                 "trainer.init_from=%s ignored: the run resumes from its own checkpoint %s", path, resume_from
             )
-        own = ckpt_io.load_checkpoint(resume_from)
         if "parent" not in own:
             return None
         return FineTune(Tokenizer.from_state_dict(own["tokenizer"]), own["parent"], None)
@@ -58,6 +59,20 @@ def fine_tune(cfg: TrainConfig, resume_from: Path | None) -> FineTune | None:
     check_compatible(cfg, parent, path)
     record = {"path": str(Path(path).resolve()), "step": int(parent.get("progress", {}).get("step", 0))}
     return FineTune(Tokenizer.from_state_dict(parent["tokenizer"]), record, parent)
+
+
+def check_resumes_a_fine_tune_of(own: dict[str, Any], path: str, resume_from: Path) -> None:
+    """Refuse ``trainer.init_from=PATH`` in a run dir whose checkpoint is not a fine-tune of PATH (the
+    parent's own run dir, say): resuming it would train on another run and write over its files, PATH
+    maybe among them. The parent is named by the path it was read from, which may no longer exist."""
+    parent = own.get("parent") or {}
+    if parent.get("path") == str(Path(path).resolve()):
+        return
+    what = f"a fine-tune of {parent['path']}" if parent.get("path") else "not a fine-tune"
+    raise NMTError(
+        f"trainer.init_from={path}: this hydra.run.dir already holds a run ({resume_from}, {what}) that "
+        "the fine-tune would resume and write over; start the fine-tune in another hydra.run.dir"
+    )
 
 
 def load_parent(path: str) -> dict[str, Any]:
@@ -90,13 +105,10 @@ def check_compatible(cfg: TrainConfig, parent: dict[str, Any], path: str) -> Non
     theirs = ckpt_io.checkpoint_config(parent)
     where = f"trainer.init_from={path}"
     mine, their_all = to_container(cfg), to_container(theirs)
-    model, their_model = mine["model"], their_all["model"]
-    for key in ["arch", *sorted(set(model) | set(their_model))]:
-        if key in FREE_MODEL_KEYS or model.get(key) == their_model.get(key):
-            continue
+    for key, value, their_value in model_differences(cfg, parent)[:1]:
         raise NMTError(
-            f"model.{key}={model.get(key)}: {where} has model.{key}={their_model.get(key)}; a fine-tune "
-            f"keeps its parent's architecture (set model.{key}={their_model.get(key)} or drop the override)"
+            f"model.{key}={value}: {where} has model.{key}={their_value}; a fine-tune "
+            f"keeps its parent's architecture (set model.{key}={their_value} or drop the override)"
         )
     tok, their_tok = mine["tokenizer"], their_all["tokenizer"]
     for key in sorted(tok):
@@ -114,6 +126,32 @@ def check_compatible(cfg: TrainConfig, parent: dict[str, Any], path: str) -> Non
         raise NMTError(
             f"data.src_lang={direction[0]} data.tgt_lang={direction[1]}: {where} translates "
             f"{theirs_dir[0]} -> {theirs_dir[1]}; a fine-tune keeps its parent's direction"
+        )
+
+
+def model_differences(cfg: TrainConfig, ckpt: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The ``model.*`` keys whose value in ``cfg`` is not the one the checkpoint ``ckpt`` was trained
+    with, as (key, cfg's value, the checkpoint's), the architecture first; dropout and other keys that
+    leave the weights' meaning alone (``FREE_MODEL_KEYS``) aside."""
+    model, theirs = to_container(cfg)["model"], to_container(ckpt_io.checkpoint_config(ckpt))["model"]
+    keys = ["arch", *sorted((set(model) | set(theirs)) - {"arch"})]
+    return [
+        (key, model.get(key), theirs.get(key))
+        for key in keys
+        if key not in FREE_MODEL_KEYS and model.get(key) != theirs.get(key)
+    ]
+
+
+def check_same_model(cfg: TrainConfig, state: dict[str, Any], where: str) -> None:
+    """Refuse to resume a checkpoint as another architecture (``model.heads=8`` over a run of 4 heads:
+    the shapes may fit, the weights do not mean the same), naming every key that differs."""
+    differences = model_differences(cfg, state)
+    if differences:
+        given = " ".join(f"model.{key}={value}" for key, value, _ in differences)
+        had = " ".join(f"model.{key}={theirs}" for key, _, theirs in differences)
+        raise NMTError(
+            f"{given}: {where} was trained with {had}; a resumed run keeps its architecture (drop the "
+            "override, or train a new run in another hydra.run.dir)"
         )
 
 

@@ -1,4 +1,4 @@
-"""The training loop, readable top to bottom: :func:`train` is the whole story.
+"""The training loop, readable top to bottom: :func:`train_in` is the whole story.
 
 One update = ``trainer.accumulate`` micro-batches whose summed loss is divided by their total number
 of target tokens (over all ranks), so accumulation and DDP give the same gradient as one big batch.
@@ -27,6 +27,7 @@ from nmt.devices import autocast
 from nmt.errors import NMTError
 from nmt.training.budget import Budget, BudgetBar
 from nmt.training.distributed import all_gather_object, all_reduce_sum, broadcast_object, cleanup
+from nmt.training.lock import hold_run_dir
 from nmt.training.loss import batch_loss
 from nmt.training.schedule import learning_rate
 from nmt.training.setup import Progress, Run, early_stopping, set_up
@@ -36,7 +37,14 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, float]:
-    """Train ``cfg.model`` on ``cfg.data``; checkpoints and TensorBoard logs go to ``run_dir``."""
+    """Train ``cfg.model`` on ``cfg.data``; checkpoints and TensorBoard logs go to ``run_dir``, which no
+    other training process may use meanwhile."""
+    with hold_run_dir(run_dir):
+        return train_in(cfg, run_dir, resume_hint)
+
+
+def train_in(cfg: TrainConfig, run_dir: Path, resume_hint: str) -> dict[str, float]:
+    """:func:`train`, ``run_dir`` held."""
     run = set_up(cfg, run_dir)
     clock, progress = run.clock, run.progress
     end_reason = run.end_reason

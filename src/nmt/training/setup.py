@@ -21,7 +21,7 @@ from nmt.errors import NMTError
 from nmt.models import Seq2Seq, build_model, count_parameters
 from nmt.training.budget import Budget, BudgetClock
 from nmt.training.distributed import Dist, broadcast_object, init_distributed
-from nmt.training.init_from import FineTune, fine_tune, start, warn_unknown
+from nmt.training.init_from import FineTune, check_same_model, fine_tune, start, warn_unknown
 from nmt.training.monitor import Monitor
 from nmt.training.precision import bf16_probe
 from nmt.training.schedule import learning_rate
@@ -75,6 +75,8 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     ckpt_dir = run_dir / "checkpoints"
     resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
     state = resumable(resume_from) if resume_from is not None else None  # before any data or model work
+    if state is not None:
+        check_same_model(cfg, state, resume_where(cfg, resume_from))
     device = select_device(cfg.trainer.device)
     dist = init_distributed(device)
     if dist.enabled and device.type == "cuda":
@@ -105,8 +107,7 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     progress = Progress()
     if state is not None:
-        auto = f" ({resume_from}, the run of this hydra.run.dir)" if cfg.trainer.resume == "auto" else ""
-        where = f"trainer.resume={cfg.trainer.resume}{auto}"
+        where = resume_where(cfg, resume_from)
         ckpt_io.check_same_task(
             where,
             ckpt_io.checkpoint_task(state),
@@ -171,6 +172,12 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         end_reason=reason,
         parent=parent.record if parent else None,
     )
+
+
+def resume_where(cfg: TrainConfig, resume_from: Path | None) -> str:
+    """The checkpoint a resumed run continues, as its refusals name it."""
+    auto = f" ({resume_from}, the run of this hydra.run.dir)" if cfg.trainer.resume == "auto" else ""
+    return f"trainer.resume={cfg.trainer.resume}{auto}"
 
 
 def end_reason(cfg: TrainConfig, progress: Progress, clock: BudgetClock) -> str | None:
