@@ -8,6 +8,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,8 @@ from nmt.training.init_from import fine_tune
 from nmt.training.loop import train
 
 pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
 
 TASK_B = ("data.swap_pairs=false",)
 # Updates of the fine-tune and of the from-scratch run it is compared with, validated on 100 sentences.
@@ -196,6 +201,71 @@ def test_a_resumed_fine_tune_continues_exactly(toy, parent, tmp_path):
         found.tokenizer.fingerprint
         == Tokenizer.from_state_dict(load_checkpoint(parent)["tokenizer"]).fingerprint
     )
+
+
+def test_a_fine_tune_started_in_a_run_dir_not_its_own_is_refused(toy, tmp_path):
+    """trainer.init_from=RUN/checkpoints/last.pt hydra.run.dir=RUN (a RUN_DIR still exported) would
+    resume the parent with the fine-tune's settings and write over the file init_from names; so would
+    another fine-tune's run dir."""
+    two_steps = (*toy.short, *toy.tiny, "trainer.max_steps=2", "trainer.valid_every=2")
+    parent = toy.train(tmp_path / "parent", *two_steps).checkpoints / "last.pt"
+    other = toy.train(tmp_path / "other", *two_steps).checkpoints / "last.pt"
+    toy.train(tmp_path / "child", *TASK_B, *two_steps, f"trainer.init_from={other}")
+    for run_dir, what in [("parent", "not a fine-tune"), ("child", f"a fine-tune of {other}")]:
+        before = files_of(tmp_path / run_dir / "checkpoints")
+        with pytest.raises(NMTError) as e:
+            toy.train(tmp_path / run_dir, *TASK_B, *two_steps, f"trainer.init_from={parent}")
+        assert str(e.value) == (
+            f"trainer.init_from={parent}: this hydra.run.dir already holds a run "
+            f"({tmp_path / run_dir / 'checkpoints' / 'last.pt'}, {what}) that the fine-tune would resume "
+            "and write over; start the fine-tune in another hydra.run.dir"
+        )
+        assert files_of(tmp_path / run_dir / "checkpoints") == before
+
+
+def test_a_fine_tune_resumes_after_its_parent_is_gone(toy, tmp_path):
+    """Its own checkpoint holds the tokenizer and the parent's record; run.sh re-run in the same RUN_DIR
+    does not prepare the corpus with the parent's tokenizer (prepare_data.py would read the parent)."""
+    two_steps = (*toy.short, *toy.tiny, "trainer.valid_every=2")
+    parent = toy.train(tmp_path / "parent", *two_steps, "trainer.max_steps=2").checkpoints / "last.pt"
+    overrides = (*TASK_B, *two_steps, f"trainer.init_from={parent}")
+    run = toy.train(tmp_path / "child", *overrides, "trainer.max_steps=2")
+    record = load_checkpoint(run.checkpoints / "last.pt")["parent"]
+    parent.unlink()
+    toy.train(run.run_dir, *overrides, "trainer.max_steps=4")
+    resumed = load_checkpoint(run.checkpoints / "last.pt")
+    assert resumed["progress"]["step"] == 4 and resumed["parent"] == record
+
+    calls = run_sh(tmp_path / "repo", run.run_dir, f"trainer.init_from={parent}")
+    assert [call.split()[0] for call in calls] == [
+        "scripts/train.py",
+        "scripts/average_checkpoints.py",
+        "scripts/select_final.py",
+        "scripts/evaluate.py",
+    ]
+    assert run_sh(tmp_path / "repo", tmp_path / "new", "experiment=toy")[0].startswith(
+        "scripts/prepare_data.py"
+    )
+
+
+def run_sh(repo: Path, run_dir: Path, *args: str) -> list[str]:
+    """The commands ``RUN_DIR=run_dir scripts/run.sh args`` runs, each as a line of its arguments: run.sh
+    in a copy of the repository whose set-up does nothing and whose python records its arguments."""
+    (repo / "scripts").mkdir(parents=True, exist_ok=True)
+    (repo / ".venv" / "bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "scripts" / "run.sh", repo / "scripts" / "run.sh")
+    (repo / "scripts" / "setup.sh").write_text("")
+    (repo / ".venv" / "bin" / "activate").write_text(f'PATH="{repo / ".venv" / "bin"}:$PATH"\n')
+    python = repo / ".venv" / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho "$@" >> "{repo / "calls"}"\n')
+    python.chmod(0o755)
+    (repo / "calls").unlink(missing_ok=True)
+    env = {**os.environ, "RUN_DIR": str(run_dir)}
+    proc = subprocess.run(
+        ["bash", str(repo / "scripts" / "run.sh"), *args], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    return (repo / "calls").read_text().splitlines()
 
 
 # ------------------------------------------------------------------------------- after training
