@@ -21,6 +21,7 @@ from nmt.checkpoint import atomic_save, load_checkpoint
 from nmt.config import TrainConfig
 from nmt.data import collate, prepare_corpus
 from nmt.errors import NMTError
+from nmt.training.lock import LOCK_NAME
 from nmt.training.loop import train_step
 from nmt.training.setup import Run, set_up
 from nmt.training.validation import validate
@@ -223,11 +224,12 @@ def test_rerunning_a_run_stopped_by_patience_does_nothing_and_says_so(config, tm
 
 
 def written(run_dir: Path) -> dict[str, tuple[int, bytes]]:
-    """Every file of a run, as (mtime, bytes) by relative path."""
+    """Every file of a run, as (mtime, bytes) by relative path; not the lock that names the process
+    training there (nmt.training.lock), which each process holding the run dir writes."""
     return {
         str(p.relative_to(run_dir)): (p.stat().st_mtime_ns, p.read_bytes())
         for p in sorted(run_dir.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != LOCK_NAME
     }
 
 
@@ -356,7 +358,8 @@ def test_a_rerun_in_a_run_dir_continues_its_run_and_never_writes_over_it(config,
         loop.train(config(*budget, "model.d_model=16"), tmp_path)
     last = tmp_path / "checkpoints" / "last.pt"
     assert str(e.value).startswith(
-        f"trainer.resume=auto ({last}, the run of this hydra.run.dir): architecture does not match"
+        f"model.d_model=16: trainer.resume=auto ({last}, the run of this hydra.run.dir) was trained with "
+        "model.d_model=32; a resumed run keeps its architecture"
     )
     assert "\n" not in str(e.value)
     with pytest.raises(NMTError) as e:
