@@ -265,6 +265,8 @@ def test_resuming_as_another_architecture_is_refused_naming_the_keys(toy, tmp_pa
         "hydra.run.dir) was trained with model.heads=2 model.positional=learned; a resumed run keeps "
         "its architecture (drop the override, or train a new run in another hydra.run.dir)"
     )
+    with pytest.raises(NMTError, match=r"^model\.heads=4: trainer\.resume=auto .* model\.heads=2; a resumed"):
+        toy.train(tmp_path, *overrides, "model.heads=4", "trainer.max_steps=4")  # the same shapes
     assert last.read_bytes() == before
     toy.train(tmp_path, *overrides, "model.dropout=0.2", "model.attention_dropout=0.1", "trainer.max_steps=4")
     assert load_checkpoint(last)["progress"]["step"] == 4
