@@ -261,9 +261,8 @@ def run_sh(repo: Path, run_dir: Path, *args: str) -> list[str]:
     python.chmod(0o755)
     (repo / "calls").unlink(missing_ok=True)
     env = {**os.environ, "RUN_DIR": str(run_dir)}
-    proc = subprocess.run(
-        ["bash", str(repo / "scripts" / "run.sh"), *args], env=env, capture_output=True, text=True
-    )
+    command = ["bash", str(repo / "scripts" / "run.sh"), *args]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return (repo / "calls").read_text().splitlines()
 
