@@ -105,7 +105,9 @@ def check_compatible(cfg: TrainConfig, parent: dict[str, Any], path: str) -> Non
     theirs = ckpt_io.checkpoint_config(parent)
     where = f"trainer.init_from={path}"
     mine, their_all = to_container(cfg), to_container(theirs)
-    for key, value, their_value in model_differences(cfg, parent)[:1]:
+    differences = model_differences(cfg, parent)
+    if differences:
+        key, value, their_value = differences[0]
         raise NMTError(
             f"model.{key}={value}: {where} has model.{key}={their_value}; a fine-tune "
             f"keeps its parent's architecture (set model.{key}={their_value} or drop the override)"
