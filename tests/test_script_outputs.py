@@ -189,3 +189,22 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(checkpoint,
             script,
             proc.stderr,
         )
+
+
+@pytest.mark.parametrize("help_flag", [False, True])
+def test_a_reader_that_stops_reading_ends_the_script_quietly(checkpoint, tmp_path, help_flag):
+    """``translate.py ... | head -1`` and ``--help | head``: the reader goes, the script ends as a Unix
+    tool does (status 141, as SIGPIPE's), without a traceback."""
+    doc = tmp_path / "doc.en"
+    doc.write_text((EN[0] + "\n") * 50, encoding="utf-8")
+    args = ["--help"] if help_flag else [f"checkpoint={checkpoint}", f"input={doc}", "device=cpu"]
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "translate.py"), *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # the reader has gone before the first line
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141 and stderr == "", stderr
