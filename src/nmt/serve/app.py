@@ -310,6 +310,16 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def served_url(sock: socket.socket) -> str:
+    """The address clients reach the listening ``sock`` at: the port bound (``port=0`` takes any free
+    one), and for a wildcard host (0.0.0.0, ::) this machine's loopback, saying it serves every address."""
+    host, port = sock.getsockname()[:2]
+    if host in ANY_ADDRESS:
+        loopback = "[::1]" if sock.family == socket.AF_INET6 else "127.0.0.1"
+        return f"http://{loopback}:{port}/ (and every address of this machine: host={host})"
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
 def trusted_hosts(configured: Sequence[str], bound: str) -> list[str]:
     """The Host names answered: ``serve.allowed_hosts``, or by default the address the server is bound
     to (``host=``) and the names of localhost (with ``host=0.0.0.0`` also this machine's name)."""
