@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import asdict, replace
@@ -368,6 +369,39 @@ def test_workers_decode_in_processes_what_one_process_decodes(checkpoint, transl
     parallel.backend.close()
     with pytest.raises(NMTError, match="the decoding worker processes were closed"):
         parallel.hypotheses(lines, plain)
+
+
+def test_a_worker_killed_between_batches_is_started_again_and_nothing_is_lost(checkpoint, translator):
+    """workers=2: a worker that dies between two batches of a call (killed, out of memory) or between two
+    calls is replaced by a new one, which decodes the batch it would have had: the same answers."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("two decoding processes need two CPU cores")
+    lines = [EN[i % len(EN)] + " and" * (i % 5) for i in range(40)]
+    decoding = translator.decoding_with(DecodingOverrides(beam_size=3, max_tokens=60))  # many batches
+    expected = [[h.tokens for h in hs] for hs in translator.hypotheses(lines, decoding)]
+    parallel = Translator.from_checkpoint(str(checkpoint), CPU, workers=2)
+    backend = parallel.backend
+    receive, killed = backend._receive, []
+
+    def receive_then_die(conn):  # the worker answers its batch, then is killed before the next one
+        value = receive(conn)
+        if not killed:
+            killed.append(backend.processes[conn].pid)
+            os.kill(killed[0], signal.SIGKILL)
+            backend.processes[conn].join()
+        return value
+
+    try:
+        backend._receive = receive_then_die
+        assert [[h.tokens for h in hs] for hs in parallel.hypotheses(lines, decoding)] == expected
+        del backend._receive
+        os.kill(backend.processes[backend.conns[1]].pid, signal.SIGKILL)  # between two calls
+        backend.processes[backend.conns[1]].join()
+        assert [[h.tokens for h in hs] for hs in parallel.hypotheses(lines, decoding)] == expected
+        alive = [p for p in backend.processes.values() if p.is_alive()]
+        assert len(killed) == 1 and len(alive) == 2 and killed[0] not in {p.pid for p in alive}
+    finally:
+        backend.close()
 
 
 def test_workers_are_checked_before_anything_starts(checkpoint):
