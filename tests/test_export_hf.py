@@ -20,6 +20,8 @@ from nmt.config import (
     DecodingConfig,
     ExportHFConfig,
     HFCheckConfig,
+    HFDataConfig,
+    LocalDataConfig,
     RNNSearchConfig,
     ToyDataConfig,
     TrainConfig,
@@ -37,8 +39,12 @@ transformers = pytest.importorskip("transformers")
 # MarianTokenizer recommends sacremoses for a normalisation that its tokenization never calls.
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
+from huggingface_hub import ModelCard  # noqa: E402
+
+from nmt.hf.card import CardFacts, model_card  # noqa: E402
 from nmt.hf.convert import BLENDERBOT, MARIAN, hf_class  # noqa: E402
 from nmt.hf.exporter import RECORD, check_sentences, export_checkpoint, export_model  # noqa: E402
+from nmt.hf.parity import Parity  # noqa: E402
 from nmt.hf.tokenizer_files import write_tokenizer  # noqa: E402
 
 TINY = TransformerConfig(
@@ -53,7 +59,6 @@ def spm_models() -> dict:
     src, text = sentencepiece_model(0, 90)
     tgt, _ = sentencepiece_model(1, 70)
     return {"joint": Tokenizer(src), "separate": Tokenizer(src, tgt), "text": text}
-
 
 
 def train_config(model_cfg, decoding: DecodingConfig = DECODING) -> TrainConfig:
@@ -208,6 +213,32 @@ def test_card_and_record_describe_the_model_and_its_scores(spm_models, tmp_path)
     record = json.loads((output / RECORD).read_text())
     assert record["weights_sha256"] == weights_digest(model) and record["step"] == 15298
     assert record["tokenizer_fingerprint"] == tokenizer.fingerprint
+    assert record["checkpoint"] == "final.pt"  # the folder is published: its name, not the path here
+
+
+def test_card_header_is_yaml_that_reads_back_and_publishes_no_local_path(tmp_path):
+    """Languages that YAML would misread (``no`` is false) or that would break the header (``: ``, ``#``,
+    a newline, ``---``) read back as written; local data is named by its corpus, hub data by its
+    revision, and neither the data folder nor the checkpoint's path (nor a path in the training
+    command) is published."""
+    run = tmp_path / "home" / "secret" / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text(
+        f"- data=local\n- data.dir={tmp_path}/home/secret/corpus\n"
+    )
+    checkpoint = run / "checkpoints" / "final.pt"
+    parity = Parity(["a b"], 0.0, ["x"], ["x"], [], [], [])
+    facts = CardFacts(BLENDERBOT, 10, {"src": 90, "tgt": 90}, checkpoint, 3, parity, None)
+    languages = ["no", "de: x #y\n---\nz"]
+    data = LocalDataConfig(
+        name="corpus", dir=f"{tmp_path}/home/secret/corpus", src_lang="no", tgt_lang=languages[1]
+    )
+    card = model_card(TrainConfig(data=data, model=TINY), facts, "hf")
+    assert ModelCard(card).data.language == languages
+    assert "the corpus corpus" in card and "data.dir=.../corpus" in card and "secret" not in card
+    hub = HFDataConfig(src_lang="de", tgt_lang="en")
+    card = model_card(TrainConfig(data=hub, model=TINY), facts, "hf")
+    assert f"wmt/wmt14 (de-en, revision {hub.revision})" in card
 
 
 def test_own_report_is_the_checkpoints_plain_test_evaluation(tmp_path):

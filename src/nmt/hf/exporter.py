@@ -94,6 +94,7 @@ def export_model(
                 "greedy_identical": parity.identical,
             },
             **meta,
+            "checkpoint": checkpoint.name,  # the folder is published: no path of this disk
         }
         (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
         _readable(tmp)
