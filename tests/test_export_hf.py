@@ -44,7 +44,7 @@ from huggingface_hub import ModelCard  # noqa: E402
 from nmt.hf.card import CardFacts, model_card  # noqa: E402
 from nmt.hf.convert import BLENDERBOT, MARIAN, hf_class  # noqa: E402
 from nmt.hf.exporter import RECORD, check_sentences, export_checkpoint, export_model  # noqa: E402
-from nmt.hf.parity import Parity  # noqa: E402
+from nmt.hf.parity import Parity, special_texts  # noqa: E402
 from nmt.hf.tokenizer_files import write_tokenizer  # noqa: E402
 
 TINY = TransformerConfig(
@@ -177,6 +177,36 @@ def test_auto_tokenizer_gives_our_ids_and_text(spm_models, tmp_path, vocab):
     assert hf_tokenizer.batch_decode(targets, skip_special_tokens=True) == tokenizer.decode_tgt(targets)
 
 
+@pytest.mark.parametrize("vocab", ["joint", "separate"])
+def test_the_special_tokens_text_in_a_sentence_is_text_as_ours_reads_it(spm_models, tmp_path, vocab):
+    """``</s>``, ``<unk>``, ``<pad>``, ``<s>`` written in a sentence: AutoTokenizer gives our ids (the
+    model never sees an EOS the user did not mean), on both sides, also in a vocabulary that has none of
+    their characters (where SentencePiece names such text by the special piece, with the unknown id)."""
+    tokenizer = spm_models[vocab]
+    write_tokenizer(tokenizer, tmp_path, ("src", "tgt"), max_positions=48)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    texts = special_texts(tokenizer, spm_models["text"]) + ["ab</s>cd <pad> x", "é</s>é"]
+    assert hf_tokenizer(texts).input_ids == [[*ids, EOS_ID] for ids in tokenizer.encode_src(texts)]
+    targets = tokenizer.encode_tgt(texts)
+    assert hf_tokenizer(text_target=texts).input_ids == [[*ids, EOS_ID] for ids in targets]
+
+
+def test_an_export_whose_tokenizer_reads_special_text_as_special_fails(spm_models, tmp_path, monkeypatch):
+    """The check compares tokenizations of such text: a tokenizer that reads ``</s>`` as EOS (as
+    transformers does by default) fails the export in one line, and nothing is written."""
+
+    def as_by_default(tokenizer, folder, direction, max_positions):
+        write_tokenizer(tokenizer, folder, direction, max_positions)
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        del config["split_special_tokens"]
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+
+    monkeypatch.setattr("nmt.hf.exporter.write_tokenizer", as_by_default)
+    with pytest.raises(NMTError, match="the exported tokenizer encodes .* to other ids than ours"):
+        export(spm_models, tmp_path)
+    assert not (tmp_path / "hf").exists()
+
+
 # ------------------------------------------------------------------------------ files and the card
 def test_generation_config_holds_our_ids_and_decoding_settings(spm_models, tmp_path):
     decoding = replace(DECODING, beam_size=4, no_unk=True, no_repeat_ngram=3)
@@ -227,7 +257,7 @@ def test_card_header_is_yaml_that_reads_back_and_publishes_no_local_path(tmp_pat
         f"- data=local\n- data.dir={tmp_path}/home/secret/corpus\n"
     )
     checkpoint = run / "checkpoints" / "final.pt"
-    parity = Parity(["a b"], 0.0, ["x"], ["x"], [], [], [])
+    parity = Parity(["a b"], 0.0, ["x"], ["x"], [], [], [], [])
     facts = CardFacts(BLENDERBOT, 10, {"src": 90, "tgt": 90}, checkpoint, 3, parity, None)
     languages = ["no", "de: x #y\n---\nz"]
     data = LocalDataConfig(
