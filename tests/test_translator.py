@@ -240,9 +240,23 @@ def test_the_search_memory_of_a_sentence_is_its_key_value_caches(translator):
     assert twice.search_bytes(ids, DECODING) == [2 * n for n in translator.search_bytes(ids, DECODING)]
 
 
+def same_translations(parts: list, whole: list) -> bool:
+    """What a search in other company promises: float32 kernels sum in an order that depends on the
+    batch's shape (a matrix of fewer than 8 rows takes another kernel; padding lengthens the attention's
+    sums), so scores agree within rounding, and a translation differs only where its search met a tie
+    within rounding (the two translations' scores agree as closely)."""
+    for mine, theirs in zip(parts, whole, strict=True):
+        for a, b in zip(json.loads(mine.translations), json.loads(theirs.translations), strict=True):
+            pairs = list(zip(a["nbest"], b["nbest"], strict=True))
+            if [x["score"] for x, _ in pairs] != pytest.approx([y["score"] for _, y in pairs], rel=1e-5):
+                return False
+    return True
+
+
 def test_a_served_request_is_searched_in_parts_that_fit_the_memory_limit(translator):
     """serve.max_search_mb in the worker: the sentences of a batch are searched as many at a time as fit
-    together (a sentence over it alone, alone), and get the translations one search gives them."""
+    together (a sentence over it alone, alone), and get the translations one search gives them, their
+    scores within float rounding (:func:`same_translations`)."""
     from nmt.serve.work import TranslateSettings, translate_batch
 
     class Counting:
@@ -268,11 +282,11 @@ def test_a_served_request_is_searched_in_parts_that_fit_the_memory_limit(transla
     counting = Counting(translator.backend)
     cut = Translator(translator.model, translator.tokenizer, translator.cfg, counting)
     limit = 2 * max(sizes.values())
-    assert translate_batch(cut, 10**7, items, max_search=limit) == whole
+    assert same_translations(translate_batch(cut, 10**7, items, max_search=limit), whole)
     assert len(counting.calls) == 3 and sorted(map(tuple, sum(counting.calls, []))) == sorted(sizes)
     assert all(sum(sizes[tuple(s)] for s in call) <= limit for call in counting.calls)
     counting.calls.clear()
-    assert translate_batch(cut, 10**7, items, max_search=1) == whole  # each sentence alone
+    assert same_translations(translate_batch(cut, 10**7, items, max_search=1), whole)  # each alone
     assert [len(call) for call in counting.calls] == [1] * 6
 
 
