@@ -321,6 +321,18 @@ def test_output_is_replaced_only_when_it_is_an_earlier_export(spm_models, tmp_pa
     assert oct(output.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
 
 
+def test_output_dot_inside_an_earlier_export_is_refused_before_the_work(spm_models, tmp_path, monkeypatch):
+    """``output=. force=true`` run inside an earlier export would rename the directory it runs in: refused
+    at start, in one line, with the export whole and nothing left beside it."""
+    output = tmp_path / "hf"
+    export(spm_models, tmp_path, sentences=FEW)
+    written = sorted(p.name for p in output.iterdir())
+    monkeypatch.chdir(output)
+    with pytest.raises(NMTError, match="output=. holds the current directory"):
+        export(spm_models, tmp_path, output=".", force=True, sentences=FEW)
+    assert sorted(p.name for p in output.iterdir()) == written and leftovers(tmp_path) == []
+
+
 def test_a_symbolic_link_is_never_followed(spm_models, tmp_path):
     target = tmp_path / "elsewhere"
     export(spm_models, tmp_path, output=target, sentences=FEW)
