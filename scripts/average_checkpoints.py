@@ -4,7 +4,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.average import average_checkpoints, last_checkpoints
+from nmt.average import average_checkpoints, check_average_output, last_checkpoints
 from nmt.checkpoint import atomic_save
 from nmt.cli import script_main
 from nmt.errors import NMTError
@@ -26,6 +26,7 @@ def main(cfg: DictConfig) -> None:
         output = Path(cfg.run_dir) / "checkpoints" / "averaged.pt"
     else:
         raise NMTError("output=PATH is required with inputs=[...]")
+    check_average_output(output, paths)
     atomic_save(average_checkpoints(paths), output)
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {output}")
 

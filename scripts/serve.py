@@ -13,7 +13,7 @@ import uvicorn
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
-from nmt.serve import create_app, listen, trusted_hosts
+from nmt.serve import create_app, listen, served_url, trusted_hosts
 from nmt.serve.work import TranslatorSpec
 
 
@@ -26,7 +26,7 @@ def main(cfg: DictConfig) -> None:
     hosts = trusted_hosts(cfg.serve.allowed_hosts, cfg.host)
     defaults = translator.decoding_with(cfg.decoding)
     app = create_app(translator, cfg.serve, defaults, spec, cfg.alignment_layer, hosts)
-    print(f"serving on http://{cfg.host}:{cfg.port}/ for Host {', '.join(hosts)} (Ctrl-C stops)", flush=True)
+    print(f"serving on {served_url(sock)} for Host {', '.join(hosts)} (Ctrl-C stops)", flush=True)
     # The access log is the service's own (logger nmt.serve.access: status, sentences, milliseconds).
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, limit_concurrency=cfg.serve.max_connections

@@ -157,6 +157,11 @@ def test_translate_refuses_a_typo_before_the_model_loads(tmp_path):
         ("average_checkpoints", ["run_dir=missing", "last=0"], "last=0: must be > 0"),
         ("average_checkpoints", ["run_dir=missing", "last=-1"], "last=-1: must be > 0"),
         (
+            "serve",
+            ["checkpoint=missing.pt", "host="],
+            "host=: must name an address: 127.0.0.1 (this machine) or 0.0.0.0 (every one)",
+        ),
+        (
             "benchmark",
             ["experiment=toy", "bench.precisions=[fp32,bf61]"],
             "bench.precisions=['fp32', 'bf61']: must each be one of auto, fp32, bf16, fp16; "

@@ -20,6 +20,8 @@ from nmt.config import (
     DecodingConfig,
     ExportHFConfig,
     HFCheckConfig,
+    HFDataConfig,
+    LocalDataConfig,
     RNNSearchConfig,
     ToyDataConfig,
     TrainConfig,
@@ -37,8 +39,12 @@ transformers = pytest.importorskip("transformers")
 # MarianTokenizer recommends sacremoses for a normalisation that its tokenization never calls.
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
+from huggingface_hub import ModelCard  # noqa: E402
+
+from nmt.hf.card import CardFacts, model_card  # noqa: E402
 from nmt.hf.convert import BLENDERBOT, MARIAN, hf_class  # noqa: E402
 from nmt.hf.exporter import RECORD, check_sentences, export_checkpoint, export_model  # noqa: E402
+from nmt.hf.parity import Parity, special_texts  # noqa: E402
 from nmt.hf.tokenizer_files import write_tokenizer  # noqa: E402
 
 TINY = TransformerConfig(
@@ -53,7 +59,6 @@ def spm_models() -> dict:
     src, text = sentencepiece_model(0, 90)
     tgt, _ = sentencepiece_model(1, 70)
     return {"joint": Tokenizer(src), "separate": Tokenizer(src, tgt), "text": text}
-
 
 
 def train_config(model_cfg, decoding: DecodingConfig = DECODING) -> TrainConfig:
@@ -172,6 +177,36 @@ def test_auto_tokenizer_gives_our_ids_and_text(spm_models, tmp_path, vocab):
     assert hf_tokenizer.batch_decode(targets, skip_special_tokens=True) == tokenizer.decode_tgt(targets)
 
 
+@pytest.mark.parametrize("vocab", ["joint", "separate"])
+def test_the_special_tokens_text_in_a_sentence_is_text_as_ours_reads_it(spm_models, tmp_path, vocab):
+    """``</s>``, ``<unk>``, ``<pad>``, ``<s>`` written in a sentence: AutoTokenizer gives our ids (the
+    model never sees an EOS the user did not mean), on both sides, also in a vocabulary that has none of
+    their characters (where SentencePiece names such text by the special piece, with the unknown id)."""
+    tokenizer = spm_models[vocab]
+    write_tokenizer(tokenizer, tmp_path, ("src", "tgt"), max_positions=48)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    texts = special_texts(tokenizer, spm_models["text"]) + ["ab</s>cd <pad> x", "é</s>é"]
+    assert hf_tokenizer(texts).input_ids == [[*ids, EOS_ID] for ids in tokenizer.encode_src(texts)]
+    targets = tokenizer.encode_tgt(texts)
+    assert hf_tokenizer(text_target=texts).input_ids == [[*ids, EOS_ID] for ids in targets]
+
+
+def test_an_export_whose_tokenizer_reads_special_text_as_special_fails(spm_models, tmp_path, monkeypatch):
+    """The check compares tokenizations of such text: a tokenizer that reads ``</s>`` as EOS (as
+    transformers does by default) fails the export in one line, and nothing is written."""
+
+    def as_by_default(tokenizer, folder, direction, max_positions):
+        write_tokenizer(tokenizer, folder, direction, max_positions)
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        del config["split_special_tokens"]
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+
+    monkeypatch.setattr("nmt.hf.exporter.write_tokenizer", as_by_default)
+    with pytest.raises(NMTError, match="the exported tokenizer encodes .* to other ids than ours"):
+        export(spm_models, tmp_path)
+    assert not (tmp_path / "hf").exists()
+
+
 # ------------------------------------------------------------------------------ files and the card
 def test_generation_config_holds_our_ids_and_decoding_settings(spm_models, tmp_path):
     decoding = replace(DECODING, beam_size=4, no_unk=True, no_repeat_ngram=3)
@@ -208,6 +243,32 @@ def test_card_and_record_describe_the_model_and_its_scores(spm_models, tmp_path)
     record = json.loads((output / RECORD).read_text())
     assert record["weights_sha256"] == weights_digest(model) and record["step"] == 15298
     assert record["tokenizer_fingerprint"] == tokenizer.fingerprint
+    assert record["checkpoint"] == "final.pt"  # the folder is published: its name, not the path here
+
+
+def test_card_header_is_yaml_that_reads_back_and_publishes_no_local_path(tmp_path):
+    """Languages that YAML would misread (``no`` is false) or that would break the header (``: ``, ``#``,
+    a newline, ``---``) read back as written; local data is named by its corpus, hub data by its
+    revision, and neither the data folder nor the checkpoint's path (nor a path in the training
+    command) is published."""
+    run = tmp_path / "home" / "secret" / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text(
+        f"- data=local\n- data.dir={tmp_path}/home/secret/corpus\n"
+    )
+    checkpoint = run / "checkpoints" / "final.pt"
+    parity = Parity(["a b"], 0.0, ["x"], ["x"], [], [], [], [])
+    facts = CardFacts(BLENDERBOT, 10, {"src": 90, "tgt": 90}, checkpoint, 3, parity, None)
+    languages = ["no", "de: x #y\n---\nz"]
+    data = LocalDataConfig(
+        name="corpus", dir=f"{tmp_path}/home/secret/corpus", src_lang="no", tgt_lang=languages[1]
+    )
+    card = model_card(TrainConfig(data=data, model=TINY), facts, "hf")
+    assert ModelCard(card).data.language == languages
+    assert "the corpus corpus" in card and "data.dir=.../corpus" in card and "secret" not in card
+    hub = HFDataConfig(src_lang="de", tgt_lang="en")
+    card = model_card(TrainConfig(data=hub, model=TINY), facts, "hf")
+    assert f"wmt/wmt14 (de-en, revision {hub.revision})" in card
 
 
 def test_own_report_is_the_checkpoints_plain_test_evaluation(tmp_path):
@@ -258,6 +319,18 @@ def test_output_is_replaced_only_when_it_is_an_earlier_export(spm_models, tmp_pa
     assert not (output / "stale.bin").exists() and (output / RECORD).is_file()
     assert leftovers(tmp_path) == []
     assert oct(output.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
+
+
+def test_output_dot_inside_an_earlier_export_is_refused_before_the_work(spm_models, tmp_path, monkeypatch):
+    """``output=. force=true`` run inside an earlier export would rename the directory it runs in: refused
+    at start, in one line, with the export whole and nothing left beside it."""
+    output = tmp_path / "hf"
+    export(spm_models, tmp_path, sentences=FEW)
+    written = sorted(p.name for p in output.iterdir())
+    monkeypatch.chdir(output)
+    with pytest.raises(NMTError, match="output=. holds the current directory"):
+        export(spm_models, tmp_path, output=".", force=True, sentences=FEW)
+    assert sorted(p.name for p in output.iterdir()) == written and leftovers(tmp_path) == []
 
 
 def test_a_symbolic_link_is_never_followed(spm_models, tmp_path):

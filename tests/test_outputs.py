@@ -123,3 +123,44 @@ def test_writers_to_one_output_fill_folders_of_their_own(tmp_path):
         sleeper.wait()
     assert (busy / "model.bin").read_text() == "theirs" and (legacy / "model.bin").read_text() == "theirs"
     assert not abandoned.exists() and (tmp_path / "ct2" / RECORD).is_file()
+
+
+def test_an_output_file_that_cannot_be_written_is_refused_at_start(tmp_path):
+    """A directory, a folder that is not there or is a file: one line before the work, not a traceback
+    after it. A writer that makes its folders (``make_folder``) needs only a place to make them."""
+    (tmp_path / "notes.txt").write_text("mine")
+    cases = [
+        (tmp_path, "is a directory; name a file"),
+        (tmp_path / "missing" / "out.txt", f"the folder {tmp_path / 'missing'} does not exist"),
+        (tmp_path / "notes.txt" / "out.txt", "notes.txt is a file, not a folder"),
+    ]
+    for output, message in cases:
+        with pytest.raises(NMTError, match=message):
+            check_output_file(output, {}, "eval.out")
+    check_output_file(tmp_path / "missing" / "deeper" / "out.txt", {}, make_folder=True)
+    with pytest.raises(NMTError, match="notes.txt is a file"):
+        check_output_file(tmp_path / "notes.txt" / "a" / "out.txt", {}, make_folder=True)
+    with pytest.raises(NMTError, match=r"^eval\.out=.* is input="):
+        check_output_file(tmp_path / "notes.txt", {"input": tmp_path / "notes.txt"}, "eval.out")
+
+
+def test_an_output_that_holds_the_current_directory_is_refused_before_any_work(tmp_path, monkeypatch):
+    """``output=. force=true`` inside an earlier export (or ``output=..`` below it) would rename the
+    directory the process runs in and delete it: refused at start, and nothing is left beside it."""
+    out = an_output(tmp_path / "ct2")
+    (out / "sub").mkdir()
+    for cwd, output in ((out, "."), (out / "sub", ".."), (out, str(out))):
+        monkeypatch.chdir(cwd)
+        with pytest.raises(NMTError, match="holds the current directory"):
+            check_output_dir(output, RECORD, True, WRITER)
+        with (
+            pytest.raises(NMTError, match="holds the current directory"),
+            replace_output_dir(output, RECORD, True, WRITER) as tmp,
+        ):
+            written(tmp)
+    assert (out / "model.bin").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ct2"]
+    monkeypatch.chdir(tmp_path)
+    with replace_output_dir("ct2", RECORD, True, WRITER) as tmp:  # a relative name from elsewhere
+        written(tmp)
+    assert (out / "model.bin").read_text() == "new"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,8 +58,9 @@ def checkpoint(tmp_path_factory, compose_train_cfg) -> Path:
 
 
 def run_script(script: str, *args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
+    device = [] if script in ("build_shortlist.py", "average_checkpoints.py") else ["device=cpu"]
     return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / script), *args, "device=cpu"],
+        [sys.executable, str(REPO / "scripts" / script), *args, *device],
         cwd=cwd,
         input=stdin,
         capture_output=True,
@@ -124,3 +126,85 @@ def test_an_output_that_is_an_input_is_refused_before_it_is_emptied(checkpoint, 
     assert proc.returncode == 1 and f"output={doc} is stdin" in proc.stderr, proc.stderr
     assert doc.read_text(encoding="utf-8") == EN[0] + "\n" and prefixes.read_text(encoding="utf-8") == "ein\n"
     assert checkpoint.stat().st_size > 1000
+
+
+def test_no_script_writes_its_result_over_one_of_its_inputs(checkpoint, tmp_path):
+    """build_shortlist.py, average_checkpoints.py, select_final.py and evaluate.py refuse an output that
+    is a file they read (by any name: relative, from another directory, through a link) or a checkpoint
+    training resumes from, in one line before any work, and leave it as it was."""
+    src, ref = tmp_path / "text.en", tmp_path / "text.de"
+    src.write_text(EN[0] + "\n", encoding="utf-8")
+    ref.write_text("ein mann\n", encoding="utf-8")
+    (tmp_path / "link.pt").symlink_to(checkpoint)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("best.pt", "last.pt", "step_10.pt"):
+        shutil.copy(checkpoint, run / "checkpoints" / name)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    pair = [f"eval.src={src}", "eval.ref=../text.de"]
+    cases = [
+        ("build_shortlist.py", [f"checkpoint={checkpoint}", "output=../link.pt"], "is checkpoint="),
+        (
+            "average_checkpoints.py",
+            [f"inputs=[{checkpoint},{run}/checkpoints/best.pt]", f"output={tmp_path}/link.pt"],
+            "is inputs=",
+        ),
+        (
+            "average_checkpoints.py",
+            [f"run_dir={run}", "last=1", f"output={run}/checkpoints/last.pt"],
+            "last.pt",
+        ),
+        ("select_final.py", [f"run_dir={run}", "output=best.pt"], "is candidates="),
+        ("select_final.py", [f"run_dir={run}", "output=step_10.pt"], "is a checkpoint of the training run"),
+        ("evaluate.py", [f"checkpoint={checkpoint}", *pair, f"eval.out={ref}"], "is eval.ref=../text.de"),
+        ("evaluate.py", [f"checkpoint={checkpoint}", *pair, "eval.out=../link.pt"], "is checkpoint="),
+    ]
+    before = {p: p.read_bytes() for p in (src, ref, checkpoint, *sorted((run / "checkpoints").iterdir()))}
+    for script, args, message in cases:
+        proc = run_script(script, *args, cwd=cwd)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and message in proc.stderr, (
+            script,
+            proc.stderr,
+        )
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(checkpoint, tmp_path):
+    """A directory, or a file in a folder that is not there: one line at start, not a traceback after
+    translating or scoring everything."""
+    src, ref = tmp_path / "text.en", tmp_path / "text.de"
+    src.write_text(EN[0] + "\n", encoding="utf-8")
+    ref.write_text("ein mann\n", encoding="utf-8")
+    pair = [f"eval.src={src}", f"eval.ref={ref}"]
+    cases = [
+        ("translate.py", [f"input={src}", f"output={tmp_path}/missing/out.de"], "does not exist"),
+        ("translate.py", [f"input={src}", f"output={tmp_path}"], "is a directory"),
+        ("score.py", [*pair, f"output={tmp_path}/missing/out.tsv"], "does not exist"),
+        ("evaluate.py", [*pair, f"eval.out={tmp_path}"], "is a directory"),
+    ]
+    for script, args, message in cases:
+        proc = run_script(script, f"checkpoint={checkpoint}", *args, cwd=tmp_path)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and message in proc.stderr, (
+            script,
+            proc.stderr,
+        )
+
+
+@pytest.mark.parametrize("help_flag", [False, True])
+def test_a_reader_that_stops_reading_ends_the_script_quietly(checkpoint, tmp_path, help_flag):
+    """``translate.py ... | head -1`` and ``--help | head``: the reader goes, the script ends as a Unix
+    tool does (status 141, as SIGPIPE's), without a traceback."""
+    doc = tmp_path / "doc.en"
+    doc.write_text((EN[0] + "\n") * 50, encoding="utf-8")
+    args = ["--help"] if help_flag else [f"checkpoint={checkpoint}", f"input={doc}", "device=cpu"]
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "translate.py"), *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # the reader has gone before the first line
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141 and stderr == "", stderr

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from nmt.checkpoint import (
+    check_not_training_checkpoint,
     check_same_task,
     checkpoint_step,
     checkpoint_task,
@@ -14,6 +15,7 @@ from nmt.checkpoint import (
     step_checkpoints,
 )
 from nmt.errors import NMTError
+from nmt.outputs import check_output_file
 
 
 def last_checkpoints(run_dir: Path, count: int, window: float = 0.0) -> list[Path]:
@@ -27,6 +29,13 @@ def last_checkpoints(run_dir: Path, count: int, window: float = 0.0) -> list[Pat
         newest = checkpoint_step(found[-1])
         found = [p for p in found if checkpoint_step(p) >= (1 - window) * newest]
     return found[-count:]
+
+
+def check_average_output(output: Path, paths: list[Path]) -> None:
+    """Refuse, before loading a checkpoint, an ``output`` that is one of the averaged ``paths`` or a
+    checkpoint training resumes from, or that cannot be written."""
+    check_output_file(output, {"inputs": paths}, make_folder=True)
+    check_not_training_checkpoint(output)
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import multiprocessing
 import signal
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -265,27 +266,44 @@ class ProcessesBackend(TorchBackend):
         threads: int,
     ):
         super().__init__(model, tokenizer, torch.device("cpu"), max_positions, direction)
-        context = multiprocessing.get_context("spawn")  # nothing of this process' threads is inherited
-        self.conns: list[Connection] = []
-        for _ in range(workers):
-            mine, theirs = context.Pipe()
-            context.Process(target=_decoding_worker, args=(checkpoint, threads, theirs), daemon=True).start()
-            self.conns.append(mine)
+        self.checkpoint, self.threads = checkpoint, threads
+        self.context = multiprocessing.get_context("spawn")  # nothing of this process' threads is inherited
+        self.processes: dict[Connection, BaseProcess] = {}
+        self.conns = [self._start() for _ in range(workers)]
         for conn in self.conns:
             self._receive(conn)
+
+    def _start(self) -> Connection:
+        """A new worker process; the connection to it (its "ready" is still to be received)."""
+        mine, theirs = self.context.Pipe()
+        process = self.context.Process(target=_decoding_worker, args=(self.checkpoint, self.threads, theirs))
+        process.daemon = True
+        process.start()
+        theirs.close()  # the worker's end is the worker's alone: its death reads as EOF here
+        self.processes[mine] = process
+        return mine
+
+    def _restart(self, conn: Connection) -> Connection:
+        """Replace the worker behind ``conn`` (gone: killed, or out of memory) by a new one, loaded."""
+        self.processes.pop(conn).join(timeout=1)
+        conn.close()
+        new = self._start()
+        self._receive(new)
+        self.conns[self.conns.index(conn)] = new
+        return new
 
     def close(self) -> None:
         """Stop the processes (they also stop when this process exits)."""
         for conn in self.conns:
             with contextlib.suppress(OSError):
                 conn.send(None)
-        self.conns = []
+        self.conns, self.processes = [], {}
 
     @staticmethod
     def _receive(conn: Connection) -> Any:
         try:
             kind, value = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):
             raise NMTError("a decoding worker process stopped unexpectedly") from None
         if kind == "error":
             raise NMTError(value)
@@ -300,6 +318,9 @@ class ProcessesBackend(TorchBackend):
     ) -> list[list[Hypothesis]]:
         if not self.conns:
             raise NMTError("the decoding worker processes were closed")
+        for conn in list(self.conns):  # one that died since (killed, during the last call or after it)
+            if not self.processes[conn].is_alive():
+                self._restart(conn)
         batches = list(length_sorted_batches([len(s) + 1 for s in sources], batch_source_tokens(cfg)))
         if len(batches) < len(self.conns):  # fewer batches than processes: a share of each length each
             order = [i for batch in batches for i in batch]
@@ -307,20 +328,19 @@ class ProcessesBackend(TorchBackend):
         results: list[list[Hypothesis]] = [[] for _ in sources]
         todo, busy = iter(batch for batch in batches if batch), {}
         with tqdm(total=len(sources), disable=not progress, desc="decoding", unit="sent") as bar:
-            for conn in self.conns:
-                self._send(conn, next(todo, None), sources, cfg, prefixes, busy)
-            while busy:
-                for conn in wait(list(busy)):
-                    batch = busy.pop(conn)
-                    try:
-                        found = self._receive(conn)
-                    except NMTError:
-                        self._drain(busy)  # so that no stale answer is read by the next call
-                        raise
-                    for i, hyps in zip(batch, found):
-                        results[i] = hyps
-                    bar.update(len(batch))
+            try:
+                for conn in list(self.conns):
                     self._send(conn, next(todo, None), sources, cfg, prefixes, busy)
+                while busy:
+                    for conn in wait(list(busy)):
+                        batch = busy.pop(conn)
+                        for i, hyps in zip(batch, self._receive(conn)):
+                            results[i] = hyps
+                        bar.update(len(batch))
+                        self._send(conn, next(todo, None), sources, cfg, prefixes, busy)
+            except NMTError:
+                self._drain(busy)  # so that no stale answer is read by the next call
+                raise
         return results
 
     @staticmethod
@@ -331,8 +351,8 @@ class ProcessesBackend(TorchBackend):
                 conn.recv()
         busy.clear()
 
-    @staticmethod
     def _send(
+        self,
         conn: Connection,
         batch: list[int] | None,
         sources: Sequence[Sequence[int]],
@@ -343,5 +363,10 @@ class ProcessesBackend(TorchBackend):
         if batch is None:
             return
         forced = [prefixes[i] for i in batch] if prefixes is not None else None
-        conn.send(([list(sources[i]) for i in batch], cfg, forced))
+        job = ([list(sources[i]) for i in batch], cfg, forced)
+        try:
+            conn.send(job)
+        except OSError:  # the worker died between batches: nothing of this batch is lost; a new one takes it
+            conn = self._restart(conn)
+            conn.send(job)
         busy[conn] = batch

@@ -202,6 +202,18 @@ def load_model_state(model: Seq2Seq, ckpt: dict[str, Any], where: str) -> None:
         raise NMTError(f"{where}: architecture does not match the configured model: {why}") from e
 
 
+def check_not_training_checkpoint(output: str | Path, key: str = "output") -> None:
+    """Refuse (NMTError) to write ``output`` over a checkpoint that training writes and resumes from
+    (``last.pt``, ``best.pt``, ``step_N.pt`` that is there): an averaged or final model in its place
+    would be trained on, or pruned, as if training had written it."""
+    path = Path(output)
+    if path.exists() and re.fullmatch(r"last\.pt|best\.pt|step_\d+\.pt", path.name):
+        raise NMTError(
+            f"{key}={output} is a checkpoint of the training run (training writes and resumes from "
+            f"{path.name}); choose another name, e.g. {path.with_name('final.pt')}"
+        )
+
+
 def step_checkpoints(folder: Path) -> list[Path]:
     """``step_N.pt`` files of a run, oldest first."""
     found = [p for p in folder.glob("step_*.pt") if re.fullmatch(r"step_\d+\.pt", p.name)]

@@ -8,9 +8,12 @@ one line on stderr with exit status 1. A script looks like this::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import functools
+import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,7 +56,8 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
                 refuse_credentials(args.overrides)
                 if args.help:
                     check_overrides(name, args.overrides)
-                    print(script_help(name, args.overrides, sys.modules[fn.__module__].__doc__))
+                    with quiet_broken_pipe():
+                        print(script_help(name, args.overrides, sys.modules[fn.__module__].__doc__))
                     sys.exit(0)
                 if not (args.config_path or args.config_dir):  # configs of the user's: Hydra checks them
                     check_overrides(name, args.overrides)
@@ -65,6 +69,23 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
         return main
 
     return decorate
+
+
+# The exit status of a process that SIGPIPE ended, as a shell reports it (`yes | head -1`).
+BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE
+
+
+@contextlib.contextmanager
+def quiet_broken_pipe() -> Iterator[None]:
+    """End quietly, as Unix tools do, when the reader of stdout has gone (``translate.py | head -1``):
+    no traceback, the rest of stdout (Python flushes it at exit) thrown away, status 141."""
+    try:
+        yield
+        sys.stdout.flush()  # here, not at exit, where Python would report the broken pipe itself
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the flush at exit must not fail again
+        sys.exit(BROKEN_PIPE_STATUS)
 
 
 def refuse_credentials(overrides: list[str]) -> None:
@@ -257,7 +278,8 @@ def run_cli(fn: Callable[..., T]) -> Callable[..., T]:
                     settings = resolved(arg)
                     if dataclasses.is_dataclass(settings):
                         check_values(settings)
-            return fn(*args, **kwargs)
+            with quiet_broken_pipe():
+                return fn(*args, **kwargs)
         except NMTError as e:
             print(f"error: {hide_credentials(str(e))}", file=sys.stderr)
             sys.exit(1)

@@ -25,6 +25,7 @@ from nmt.data import SPLITS, prepare_text, read_lines, read_text
 from nmt.devices import select_device
 from nmt.errors import NMTError, count_mismatch
 from nmt.metrics import CorpusScore, OutputStats, corpus_scores, output_stats, scores_by_length
+from nmt.outputs import check_output_file
 from nmt.translator import Hypothesis, Translator
 
 
@@ -66,6 +67,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     alignment of each hypothesis goes to a ``.align`` file beside the hypotheses.
     """
     check_values(cfg.eval, "eval.")  # as a script checks it at start: a typo must not cost a whole decode
+    check_eval_out(cfg)
     device = select_device(cfg.device)
     threads = (cfg.ct2_inter_threads, cfg.ct2_intra_threads)
     translator = Translator.from_checkpoint(
@@ -211,6 +213,22 @@ def ensemble_tag(paths: Sequence[str]) -> str:
         return ""
     members = "\n".join(str(Path(p).resolve()) for p in paths)
     return f".ensemble{len(paths)}-{hashlib.sha256(members.encode()).hexdigest()[:8]}"
+
+
+def check_eval_out(cfg: EvaluateConfig) -> None:
+    """Refuse, before the decode, an ``eval.out`` (or the report, n-best or alignment file beside it)
+    that is one of the files it is made from, or that cannot be written."""
+    if not cfg.eval.out:
+        return
+    inputs = {
+        "eval.src": cfg.eval.src,
+        "eval.ref": cfg.eval.ref,
+        "checkpoint": checkpoint_paths(cfg.checkpoint),
+        "prefix_file": cfg.prefix_file,
+    }
+    out = Path(cfg.eval.out)
+    for path in (out, out.with_suffix(".json"), out.with_suffix(".nbest"), out.with_suffix(".align")):
+        check_output_file(path, inputs, "eval.out" if path == out else f"eval.out's {path.suffix}", True)
 
 
 def report_dir(checkpoint: Path) -> Path:

@@ -3,7 +3,8 @@ of the files it is made from, and an output directory is filled beside its place
 there only when that is an earlier output of the same kind (``force=true``).
 
 - :func:`check_output_file`: refuse ``output=`` naming an input (by its name, a symbolic or a hard link):
-  opening it for writing would empty the input before a line of it is read.
+  opening it for writing would empty the input before a line of it is read; and one that cannot be
+  written (a directory, a folder that is not there): said at start, not after the work.
 - :func:`check_output_dir` and :func:`replace_output_dir`: the one rule of every ``force=`` that replaces a
   directory. A directory is replaced only when it holds ``record``, the file its writer leaves in every
   output (``nmt_export.json`` of a CTranslate2 export), so ``output=outputs/RUN`` never deletes a run;
@@ -30,29 +31,54 @@ from nmt.errors import NMTError
 Input = str | Path | IO | None
 
 
-def check_output_file(output: str | Path | None, inputs: Mapping[str, Input | Sequence[Input]]) -> None:
-    """Refuse (NMTError) an ``output`` file that is one of ``inputs`` (``{"input": path, ...}``, named by
-    the keys the user set them with; a list: several files of one key, e.g. an ensemble's checkpoints;
-    an open file, e.g. ``sys.stdin`` redirected from a file, is compared by what it reads): the same
-    file by name, through a symbolic link or as a hard link. Missing files and None are no one's."""
+def check_output_file(
+    output: str | Path | None,
+    inputs: Mapping[str, Input | Sequence[Input]],
+    key: str = "output",
+    make_folder: bool = False,
+) -> None:
+    """Refuse (NMTError), before any work, an ``output`` file (set as ``key=``) that is one of ``inputs``
+    (``{"input": path, ...}``, named by the keys the user set them with; a list: several files of one
+    key, e.g. an ensemble's checkpoints; an open file, e.g. ``sys.stdin`` redirected from a file, is
+    compared by what it reads): the same file by name, through a symbolic link or as a hard link.
+    Missing files and None are no one's. Refuse as well a directory, and a file in a folder that is not
+    there (unless ``make_folder``: the writer makes it) or cannot be written in."""
     if output is None:
         return
+    check_writable(output, key, make_folder)
     try:
         written = os.stat(output)
     except OSError:
         return  # not there yet: it is no input
     pairs = [(k, p) for k, v in inputs.items() for p in (v if isinstance(v, (list, tuple)) else [v])]
-    for key, path in pairs:
+    for input_key, path in pairs:
         try:
             read = os.stat(path) if isinstance(path, (str, Path)) else os.fstat(path.fileno())
         except (AttributeError, OSError, ValueError):  # None, or no file behind it (a closed stream)
             continue
         if os.path.samestat(written, read):
-            name = f"{key}={path}" if isinstance(path, (str, Path)) else key
+            name = f"{input_key}={path}" if isinstance(path, (str, Path)) else input_key
             raise NMTError(
-                f"output={output} is {name}: writing it would empty it before it is read; "
+                f"{key}={output} is {name}: writing it would empty it before it is read; "
                 "choose another output file"
             )
+
+
+def check_writable(output: str | Path, key: str = "output", make_folder: bool = False) -> None:
+    """Refuse (NMTError) an output file that names a directory, or lies in a folder that is not there
+    (unless ``make_folder``), is no folder, or cannot be written in: the write would fail after the work."""
+    path = Path(os.path.abspath(output))
+    if path.is_dir():
+        raise NMTError(f"{key}={output} is a directory; name a file (e.g. {Path(output) / 'out.txt'})")
+    folder = path.parent
+    while make_folder and not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the writer makes the missing folders: the first one there must do
+    if not folder.exists():
+        raise NMTError(f"{key}={output}: the folder {folder} does not exist; make it or choose another")
+    if not folder.is_dir():
+        raise NMTError(f"{key}={output}: {folder} is a file, not a folder; choose another output")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise NMTError(f"{key}={output}: cannot write in {folder} (permission denied); choose another")
 
 
 # ------------------------------------------------------------------------------------ output directories
@@ -66,6 +92,11 @@ def check_output_dir(output: str | Path, record: str, force: bool, writer: str) 
         raise NMTError(f"output={output} is a symbolic link; name a directory, not a link to one")
     if not output.exists():
         return
+    if Path.cwd().resolve().is_relative_to(output.resolve()):
+        raise NMTError(
+            f"output={output} holds the current directory, which replacing it would delete; "
+            "run from another directory (e.g. cd .. first)"
+        )
     if not output.is_dir():
         raise NMTError(f"output={output} is a file, not a directory of {writer}; choose another output")
     if not any(output.iterdir()):
@@ -86,7 +117,7 @@ def replace_output_dir(output: str | Path, record: str, force: bool, writer: str
     ``output``, replacing, with ``force``, an earlier output of ``writer`` (one holding ``record``:
     :func:`check_output_dir`, checked again here). The block's writer must put ``record`` into it. On
     an error nothing changes at ``output`` and the new directory is deleted."""
-    output = Path(output)
+    output = Path(os.path.abspath(output))  # `.` and `..` have no name beside which to write
     check_output_dir(output, record, force, writer)
     output.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(output)
@@ -129,4 +160,3 @@ def _remove_abandoned(output: Path) -> None:
         pid = tmp.name[len(prefix) :].split("-", 1)[0]
         if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
-

@@ -13,10 +13,17 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nmt.checkpoint import atomic_save, checkpoint_config, load_checkpoint, make_checkpoint
+from nmt.checkpoint import (
+    atomic_save,
+    check_not_training_checkpoint,
+    checkpoint_config,
+    load_checkpoint,
+    make_checkpoint,
+)
 from nmt.config import DecodingOverrides, EvalDataConfig, EvalFilesConfig, EvaluateConfig, SelectConfig
 from nmt.errors import NMTError
 from nmt.evaluation import evaluate_checkpoint
+from nmt.outputs import check_output_file
 
 
 @dataclass
@@ -58,6 +65,9 @@ def choose_final(cfg: SelectConfig) -> FinalChoice:
     paths = [ckpt_dir / name for name in cfg.candidates if (ckpt_dir / name).is_file()]
     if not paths:
         raise NMTError(f"candidates={cfg.candidates}: none of them is in {ckpt_dir}")
+    output = ckpt_dir / cfg.output
+    check_output_file(output, {"candidates": paths}, make_folder=True)  # before the decodes
+    check_not_training_checkpoint(output)
     alphas = cfg.alphas or checkpoint_config(load_checkpoint(paths[0])).final.alphas
     out_dir = Path(cfg.run_dir) / "eval" / "selection"
     candidates = []
@@ -83,7 +93,6 @@ def choose_final(cfg: SelectConfig) -> FinalChoice:
     final = make_checkpoint(
         ckpt["model"], config, ckpt["tokenizer"], ckpt["vocab"], ckpt["progress"], **extra
     )
-    output = ckpt_dir / cfg.output
     atomic_save(final, output)
     report_path = Path(cfg.run_dir) / "eval" / "final_choice.json"
     choice = FinalChoice(chosen, candidates, cfg.split, str(output), str(report_path))

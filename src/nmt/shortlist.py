@@ -34,6 +34,7 @@ from nmt.checkpoint import checkpoint_config, load_checkpoint
 from nmt.config import ShortlistConfig, data_or_model_data
 from nmt.data import EncodedSplit, prepare_ids
 from nmt.errors import NMTError
+from nmt.outputs import check_output_file
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.tokenizer import Tokenizer
 
@@ -284,6 +285,7 @@ def shortlist_for_checkpoint(cfg: ShortlistConfig, progress: bool = True) -> tup
     """``scripts/build_shortlist.py``: the shortlist of the checkpoint's training data (or ``cfg.data``),
     encoded with its tokenizer, saved beside it (or to ``cfg.output``), with its coverage of valid. The
     ids are the prepared ones (memory-mapped, encoded once and cached), as training read them."""
+    check_output_file(cfg.output, {"checkpoint": cfg.checkpoint})  # before the work, and never over it
     ckpt = load_checkpoint(cfg.checkpoint)
     tokenizer = Tokenizer.from_state_dict(ckpt["tokenizer"])
     data = data_or_model_data(cfg.data, checkpoint_config(ckpt).data)

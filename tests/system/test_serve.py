@@ -5,6 +5,7 @@ metrics move, concurrent clients are all answered, and the page works in a real 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -26,6 +27,7 @@ import torch
 from nmt.config import DecodingOverrides, ServerLimits
 from nmt.data import prepare_text, read_lines
 from nmt.errors import NMTError
+from nmt.shortlist import build_shortlist
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -141,6 +143,32 @@ def test_health_and_info(client, translator, defaults):
         and "Attention is not Explanation" in page.text
         and "cdn" not in page.text.lower()
     )
+
+
+def test_the_shortlist_is_named_by_its_file_name_and_digest_never_its_path(
+    translator, toy_run, sentences, tmp_path
+):
+    """/info and every /translate and /score answer show the shortlist decoded over as its file name
+    and sha256, not the server's path to it (which tells clients about the server's disk)."""
+    data = toy_run.cfg.data
+    tokenizer = translator.tokenizer
+    refs = read_lines(prepare_text(data, progress=False) / "test.tgt")[:40]
+    pairs = tokenizer.encode_src(sentences), tokenizer.encode_tgt(refs)
+    shortlist = build_shortlist(*pairs, tokenizer, k=3, frequent=2, direction=(data.src_lang, data.tgt_lang))
+    path = tmp_path / "secret-folder" / shortlist.filename()
+    path.parent.mkdir()
+    shortlist.save(path)
+    defaults = translator.decoding_with(DecodingOverrides(shortlist=str(path)))
+    named = {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    with TestClient(create_app(translator, LIMITS, defaults)) as client:
+        answers = [
+            client.get("/info"),
+            client.post("/translate", json={"text": sentences[:2]}),
+            client.post("/score", json={"text": sentences[:1], "target": refs[:1]}),
+        ]
+    for answer in answers:
+        assert answer.status_code == 200 and answer.json()["decoding"]["shortlist"] == named, answer.text
+        assert "secret-folder" not in answer.text
 
 
 def metric(client, name: str, **labels: str) -> float:

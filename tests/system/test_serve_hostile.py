@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -244,3 +245,29 @@ def test_ctrl_c_or_sigterm_finishes_the_requests_in_flight(start, pairs, signum)
     assert [status for status, _ in results] == [200] * requests, results
     assert any(at > interrupted for _, at in results), (interrupted, results)  # answered after the signal
     assert server.gone(60)
+
+
+def test_port_0_prints_the_port_bound_which_answers(toy, toy_run, tmp_path):
+    """``port=0`` takes a free port: the line says which, not ``:0``; ``host=0.0.0.0`` is said to serve
+    every address, with a URL that works here."""
+    args = [f"checkpoint={toy_run.checkpoints / 'last.pt'}", "port=0", "host=0.0.0.0", "device=cpu"]
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "serve.py"), *args, "serve.workers=1"],
+        cwd=tmp_path,
+        env=toy.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    server = Server(proc, 0)
+    try:
+        line = proc.stdout.readline()
+        match = re.match(r"serving on http://127\.0\.0\.1:(\d+)/ \(and every address of this machine", line)
+        assert match and int(match.group(1)) > 0, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{match.group(1)}/health", timeout=60) as response:
+            assert response.status == 200
+    finally:
+        server.interrupt()
+        if not server.gone(30):
+            os.killpg(proc.pid, signal.SIGKILL)

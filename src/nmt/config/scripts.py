@@ -182,7 +182,11 @@ class ServerLimits:
 class ServeConfig(InferenceConfig):
     """scripts/serve.py: the HTTP translation service and its page."""
 
-    host: str = "127.0.0.1"  # loopback only by default; 0.0.0.0 to serve other machines
+    # loopback only by default; 0.0.0.0 to serve other machines
+    host: str = knob(
+        "127.0.0.1",
+        (lambda v: bool(v.strip()), "must name an address: 127.0.0.1 (this machine) or 0.0.0.0 (every one)"),
+    )
     port: int = knob(8000, (lambda v: 0 <= v < 65536, "must be a TCP port (0 = any free one)"))
     serve: ServerLimits = field(default_factory=ServerLimits)
 

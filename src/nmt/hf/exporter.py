@@ -71,6 +71,11 @@ def export_model(
                 f"(check.tolerance={check.tolerance:g}): the export is wrong for this transformers "
                 f"{transformers.__version__}"
             )
+        if parity.special_text_mismatches:
+            raise NMTError(
+                f"the exported tokenizer encodes {parity.special_text_mismatches[0]!r} to other ids than "
+                f"ours: the export is wrong for this transformers {transformers.__version__}"
+            )
         checkpoint = Path(meta.get("checkpoint", "model.pt"))
         facts = CardFacts(
             class_name,
@@ -94,6 +99,7 @@ def export_model(
                 "greedy_identical": parity.identical,
             },
             **meta,
+            "checkpoint": checkpoint.name,  # the folder is published: no path of this disk
         }
         (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
         _readable(tmp)

@@ -9,7 +9,8 @@ Both models get the same source ids (ours). Compared:
   max_len_b``) is passed as ``max_length``, for sentences of one source length at a time, so no
   source padding enters either. Where the outputs differ, the margin by which our model preferred its
   token at the first difference says whether it was a near-tie (fp32 rounding decides those);
-- the tokenizer: ``AutoTokenizer``'s ids for the source text against ours, and the decoded texts;
+- the tokenizer: ``AutoTokenizer``'s ids for the source text against ours, and the decoded texts; and
+  its ids for texts holding the special pieces' names (``</s>``, ``<unk>``), which are text to ours;
 - with references, BLEU and chrF of both outputs (one sacrebleu call each, ``nmt.metrics``).
 """
 
@@ -64,6 +65,7 @@ class Parity:
     theirs: list[str]  # transformers' generate, its tokenizer's decode
     differences: list[Difference]  # sentences whose greedy token ids differ
     tokenizer_mismatches: list[int]  # sentences that AutoTokenizer encodes to other ids than ours
+    special_text_mismatches: list[str]  # texts holding "</s>", "<unk>", ... that it encodes otherwise
     text_mismatches: list[int]  # sentences with the same ids whose decoded texts differ
     scores: dict[str, dict[str, CorpusScore]] = field(default_factory=dict)  # "nmt"/"transformers" -> scores
 
@@ -96,6 +98,7 @@ def check_parity(
     sources = [ids[:limit] for ids in tokenizer.encode_src(sentences)]
     theirs_ids = hf_tokenizer(sentences, truncation=True).input_ids
     tokenizer_mismatches = [i for i, (a, b) in enumerate(zip(sources, theirs_ids)) if [*a, EOS_ID] != b]
+    special_text_mismatches = _special_text_mismatches(tokenizer, hf_tokenizer, sentences)
 
     greedy = dataclasses.replace(decoding, beam_size=1, nbest=1, shortlist=None)
     ours = [h[0].tokens for h in translate_ids(model, sources, greedy, "cpu", model.cfg.max_positions)]
@@ -120,7 +123,14 @@ def check_parity(
         i for i in range(len(sources)) if ours[i] == theirs[i] and our_text[i] != their_text[i]
     ]
     parity = Parity(
-        sentences, max_diff, our_text, their_text, differences, tokenizer_mismatches, text_mismatches
+        sentences,
+        max_diff,
+        our_text,
+        their_text,
+        differences,
+        tokenizer_mismatches,
+        special_text_mismatches,
+        text_mismatches,
     )
     if refs is not None:
         parity.scores = {
@@ -128,6 +138,29 @@ def check_parity(
             "transformers": corpus_scores(their_text, refs),
         }
     return parity
+
+
+def special_texts(tokenizer: Tokenizer, sentences: list[str]) -> list[str]:
+    """Sentences holding the special pieces' names as text (``</s>``, ``<unk>``, ...), alone, between
+    words and inside one: a user's text may hold them, and they must be read as text, as ours reads it."""
+    names = tokenizer.src_pieces(list(range(min(4, tokenizer.src_vocab_size))))
+    word = next((w for s in sentences for w in s.split()), "a")
+    return [text for name in names for text in (name, f"{word} {name} {word}", f"{word}{name}{word}")]
+
+
+def _special_text_mismatches(tokenizer: Tokenizer, hf_tokenizer, sentences: list[str]) -> list[str]:
+    """The texts of :func:`special_texts` that the exported tokenizer encodes (source and target side)
+    to other ids than ours."""
+    texts = special_texts(tokenizer, sentences)
+    sides = (
+        (tokenizer.encode_src(texts), hf_tokenizer(texts).input_ids),
+        (tokenizer.encode_tgt(texts), hf_tokenizer(text_target=texts).input_ids),
+    )
+    return list(
+        dict.fromkeys(
+            t for ours, theirs in sides for t, a, b in zip(texts, ours, theirs) if [*a, EOS_ID] != b
+        )
+    )
 
 
 @torch.inference_mode()
@@ -199,6 +232,8 @@ def format_parity(parity: Parity, show: int = 10) -> str:
         f"logits: max |nmt - transformers| = {parity.max_abs_diff:.2e} (fp32, {n} sentences, teacher-forced)",
         f"greedy: identical token ids on {parity.identical} of {n} sentences",
     ]
+    if parity.special_text_mismatches:
+        lines.append(f"tokenizer: other ids than ours on the texts {parity.special_text_mismatches[:show]}")
     if parity.tokenizer_mismatches:
         lines.append(
             f"tokenizer: other source ids than ours on sentences {parity.tokenizer_mismatches[:show]}"

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import hashlib
 import json
 import logging
 import re
@@ -23,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, replace
 from functools import partial
 from importlib import resources
+from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -99,7 +102,7 @@ def create_app(
     workers = make_workers(translator, limits, spec, max_response)
     batcher = Batcher(workers, limits.max_tokens, limits.queue_size, metrics, max_search)
     backend = translator.info()["backend"]
-    info = {**translator.info(), "decoding": asdict(defaults), "limits": asdict(limits)}
+    info = {**translator.info(), "decoding": public_decoding(defaults), "limits": asdict(limits)}
     model = info["model"]
     accepts = BackendCheck(translator)
 
@@ -252,7 +255,7 @@ def create_app(
             metrics.source_tokens.inc(sum(len(s) for s in ids))
             metrics.target_tokens.inc(result.target_tokens)
         elapsed_ms = round(1000 * (answer.loop.time() - answer.started), 1)
-        tail = {"decoding": asdict(decoding), "backend": backend, "elapsed_ms": elapsed_ms}
+        tail = {"decoding": public_decoding(decoding), "backend": backend, "elapsed_ms": elapsed_ms}
         head = f'{{"{name}":'.encode()
         return answer(200, head + result.translations + b"," + json.dumps(tail)[1:].encode())
 
@@ -284,6 +287,21 @@ def create_app(
     return app
 
 
+def public_decoding(decoding: DecodingConfig) -> dict[str, Any]:
+    """The decoding settings as the service shows them: a shortlist by its file name and digest (which
+    tell a client what it was decoded over), never by the path on the server's disk."""
+    settings = asdict(decoding)
+    if decoding.shortlist:
+        settings["shortlist"] = file_identity(decoding.shortlist)
+    return settings
+
+
+@functools.lru_cache(maxsize=16)
+def file_identity(path: str) -> dict[str, str]:
+    """``{"file": name, "sha256": digest}`` of a file the server reads (read once)."""
+    return {"file": Path(path).name, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+
+
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 BACKLOG = 2048  # connections waiting to be accepted: uvicorn's default
 ANY_ADDRESS = ("0.0.0.0", "::", "")
@@ -308,6 +326,16 @@ def listen(host: str, port: int) -> socket.socket:
             "stop it, or choose another port=..."
         ) from None
     return sock
+
+
+def served_url(sock: socket.socket) -> str:
+    """The address clients reach the listening ``sock`` at: the port bound (``port=0`` takes any free
+    one), and for a wildcard host (0.0.0.0, ::) this machine's loopback, saying it serves every address."""
+    host, port = sock.getsockname()[:2]
+    if host in ANY_ADDRESS:
+        loopback = "[::1]" if sock.family == socket.AF_INET6 else "127.0.0.1"
+        return f"http://{loopback}:{port}/ (and every address of this machine: host={host})"
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 def trusted_hosts(configured: Sequence[str], bound: str) -> list[str]:

@@ -140,8 +140,9 @@ def search_within(
 ) -> list[list[Hypothesis]]:
     """``translator.search`` of ``ids``, in groups of sentences whose search state together is within
     ``max_bytes`` (:func:`~nmt.serve.limits.search_groups`): a request of many sentences at a large
-    beam is searched a part at a time. The search decodes each sentence as it would alone, so the
-    groups change no translation."""
+    beam is searched a part at a time. The search decodes each sentence as it would alone, up to float
+    rounding: float32 kernels sum in an order that depends on the batch's shape (its rows, its padded
+    length), so scores agree within rounding and a translation can change only at a tie within it."""
     groups = search_groups(translator.search_bytes(ids, decoding), max_bytes)
     if len(groups) <= 1:
         return translator.search(ids, decoding, prefixes=prefixes)
