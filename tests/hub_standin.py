@@ -341,7 +341,7 @@ def standin_hub(tmp_path, monkeypatch) -> Iterator[StandIn]:
         for name in ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_XET_CACHE"):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
-        monkeypatch.setattr(sources, "_RESOLVED", {})  # what this process asked of other servers
+        monkeypatch.setattr(sources.hub, "_RESOLVED", {})  # what this process asked of other servers
         monkeypatch.setattr(hub, "_SEEN", {})
         yield standin
 

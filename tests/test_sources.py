@@ -232,3 +232,25 @@ def test_toy_target_is_lexicon_mapping_with_swapped_pairs():
 def test_toy_rejects_other_language_codes():
     with pytest.raises(NMTError, match="src and tgt"):
         make_toy(ToyDataConfig(src_lang="en"))
+
+
+def test_every_source_module_is_in_the_registry_with_its_schema_and_corpus_names_none():
+    """A new source is one module and one registry line: the modules of nmt/data/sources (but the
+    shared one) are the registry's, each with the interface the pipeline calls, its schema the one
+    data.source chooses; the pipeline names no source kind."""
+    import inspect
+    import pkgutil
+
+    import nmt.data.corpus
+    from nmt.config import DATA_SCHEMAS, DataConfig
+    from nmt.data import sources
+
+    modules = {m.name for m in pkgutil.iter_modules(sources.__path__)} - {"common"}
+    assert modules == {m.__name__.rsplit(".", 1)[1] for m in sources.SOURCES.values()}
+    choices = DataConfig.__dataclass_fields__["source"].metadata["choices"]
+    assert list(sources.SOURCES) == list(choices) == list(DATA_SCHEMAS)
+    for kind, module in sources.SOURCES.items():
+        assert all(callable(getattr(module, name)) for name in ("read", "resolve", "cache_key")), kind
+        assert module.SCHEMA is DATA_SCHEMAS[kind] and module.SCHEMA.source == kind
+    assert "source ==" not in inspect.getsource(nmt.data.corpus)
+    assert "source !=" not in inspect.getsource(nmt.data.corpus)

@@ -42,7 +42,7 @@ import numpy as np
 from nmt.cache import atomic_dir, config_dict, hash_key
 from nmt.config import DataConfig, TokenizerConfig
 from nmt.data.clean import REASONS, clean_chunk, log_dropped
-from nmt.data.sources import SPLITS, local_files, read_lines, resolve_source, source_chunks
+from nmt.data.sources import SPLITS, cache_key, read_lines, resolve_source, source_chunks
 from nmt.data.writers import EncodedWriter, PlainTextWriter, TrainTextWriter
 from nmt.devices import usable_cores
 from nmt.errors import NMTError
@@ -199,27 +199,14 @@ def data_workers(cfg: DataConfig) -> int:
 
 
 def _text_settings(cfg: DataConfig, version: int = TEXT_VERSION) -> dict:
-    """Everything that changes the cleaned text; not the direction, nor where the cache lives, nor how
-    many processes make it."""
+    """Everything that changes the cleaned text (the source's rule: :func:`nmt.data.sources.cache_key`);
+    not the direction, nor where the cache lives, nor how many processes make it."""
     settings = config_dict(cfg)
     for key in ("name", "cache_dir", "src_lang", "tgt_lang", "workers"):
         settings.pop(key, None)
     settings["langs"] = sorted([cfg.src_lang, cfg.tgt_lang])
     settings["text_version"] = version
-    if cfg.source == "hf":  # how long to wait for the hub changes nothing; the commit read is the key
-        settings.pop("hub_timeout_s"), settings.pop("hub_retries")
-        if cfg.data_files:
-            settings.pop("revision")
-    if cfg.source == "multi30k":  # pinned by digests, wherever the files are found
-        settings.pop("dir"), settings.pop("url")
-    if cfg.source == "local":
-        settings.pop("origin"), settings.pop("hub_fallback_pairs")  # said or used only without the files
-        settings["dir"] = str(Path(cfg.dir).resolve())
-        # Sorted by name: local_files lists them in the direction's order, the key must not follow it.
-        settings["files"] = sorted(
-            [p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in local_files(cfg) if p.is_file()
-        )
-    return settings
+    return cache_key(cfg, settings)
 
 
 def _prepare_text(cfg: DataConfig, progress: bool) -> Path:
