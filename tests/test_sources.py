@@ -195,8 +195,39 @@ def test_wmt_subset_larger_than_the_corpus_is_all_of_it(wmt_like):
 
 def test_hf_missing_language_is_explained(parquet_dataset):
     cfg = HFDataConfig(path="parquet", data_files=str(parquet_dataset / "{split}.parquet"), tgt_lang="fr")
-    with pytest.raises(NMTError, match="missing key 'fr'"):
+    with pytest.raises(
+        NMTError,
+        match="train.parquet: language 'fr' is not in the pair: its translation column holds de, en; ",
+    ):
         load_source(cfg)
+
+
+@pytest.fixture
+def flat_dataset(tmp_path) -> Path:
+    """Parquet files of two flat text columns, ``en`` and ``de``, plus an ``id``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for split, n in {"train": 6, "validation": 2, "test": 2}.items():
+        table = pa.table({"id": list(range(n)), "en": [f"{split} {i}" for i in range(n)],
+                          "de": [f"{split} de {i}" for i in range(n)]})  # fmt: skip
+        pq.write_table(table, tmp_path / f"{split}.parquet")
+    return tmp_path
+
+
+def test_two_flat_columns_named_by_the_languages_or_by_the_column_keys(flat_dataset):
+    files = str(flat_dataset / "{split}.parquet")
+    corpus = load_source(HFDataConfig(path="parquet", data_files=files, src_lang="de", tgt_lang="en"))
+    assert corpus["test"] == {"de": ["test de 0", "test de 1"], "en": ["test 0", "test 1"]}
+    renamed = HFDataConfig(path="parquet", data_files=files, src_lang="xx", src_column="de", tgt_column="en")
+    assert load_source(renamed)["valid"]["xx"] == ["validation de 0", "validation de 1"]
+
+
+def test_a_missing_column_is_refused_listing_the_splits_columns(flat_dataset):
+    cfg = HFDataConfig(path="parquet", data_files=str(flat_dataset / "{split}.parquet"), tgt_lang="fr")
+    with pytest.raises(NMTError) as e:
+        load_source(cfg)
+    assert "train.parquet has no column 'fr': its columns are id, en, de; set data.tgt_column" in str(e.value)
 
 
 def test_hf_missing_files_suggest_checking_them(tmp_path):

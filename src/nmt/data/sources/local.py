@@ -39,6 +39,7 @@ def resolve(cfg: LocalDataConfig) -> DataConfig:
             tgt_lang=cfg.tgt_lang,
             clean=cfg.clean,
             train_size=cfg.hub_fallback_pairs,
+            **hub.WMT14,
         )
     )
 
