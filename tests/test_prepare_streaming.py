@@ -175,7 +175,9 @@ def test_a_full_disk_is_one_line_naming_the_file_and_keeps_nothing(tmp_path, mon
         prepare_text(ToyDataConfig(cache_dir=str(tmp_path)), progress=False)
     message = str(e.value)
     assert "\n" not in message and "No space left on device" in message
-    assert message.startswith(str(tmp_path / "toy")) and "train.src.gz: cannot write it" in message
+    assert (
+        message.startswith(str(tmp_path / "toy")) and "valid.src: cannot write it" in message
+    )  # written first
     assert list((tmp_path / "toy").iterdir()) == []
 
 

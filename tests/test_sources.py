@@ -281,7 +281,9 @@ def test_every_source_module_is_in_the_registry_with_its_schema_and_corpus_names
     choices = DataConfig.__dataclass_fields__["source"].metadata["choices"]
     assert list(sources.SOURCES) == list(choices) == list(DATA_SCHEMAS)
     for kind, module in sources.SOURCES.items():
-        assert all(callable(getattr(module, name)) for name in ("read", "resolve", "cache_key")), kind
+        interface = ("read", "resolve", "cache_key", "pin", "describe")
+        assert all(callable(getattr(module, name)) for name in interface), kind
+        assert isinstance(module.REMOVE_HELD_OUT, bool), kind
         assert module.SCHEMA is DATA_SCHEMAS[kind] and module.SCHEMA.source == kind
     assert "source ==" not in inspect.getsource(nmt.data.corpus)
     assert "source !=" not in inspect.getsource(nmt.data.corpus)

@@ -5,10 +5,10 @@ Every source gives the same shape: per split (train/valid/test), chunks of ``(so
 lines)`` in the direction's order (:func:`source_chunks`), so the rest of the pipeline does not care
 where the text came from, and a corpus of millions of pairs is never held whole. Each source module
 owns its reader (``read``), what of its settings keys the prepared cache (``cache_key``), what it
-actually reads (``resolve``: a hub branch pinned to its commit, a missing folder's fallback) and its
-checks and messages; its schema (``SCHEMA``) lives with the other settings in :mod:`nmt.config`, which
-is checked before any data module is imported. A new source is one module and one line in
-:data:`SOURCES`.
+actually reads (``resolve``: a hub branch pinned to its commit, a missing folder's fallback), the
+config a checkpoint records (``pin``), a line for reports (``describe``), and its checks and messages.
+Its schema (``SCHEMA``) lives with the other settings in :mod:`nmt.config`, which is checked before any
+data module is imported. A new source is one module and one line in :data:`SOURCES`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,21 @@ def source_of(cfg: DataConfig) -> ModuleType:
 def resolve_source(cfg: DataConfig) -> DataConfig:
     """The config actually read (see each source's ``resolve``); may differ in kind from ``cfg``."""
     return source_of(cfg).resolve(cfg)
+
+
+def pin_source(cfg: DataConfig) -> DataConfig:
+    """``cfg`` naming the exact data it reads (a hub branch as its commit): what checkpoints record."""
+    return source_of(cfg).pin(cfg)
+
+
+def describe_source(cfg: DataConfig) -> str:
+    """The data read, in a line: for reports."""
+    return source_of(cfg).describe(cfg)
+
+
+def removes_held_out(cfg: DataConfig) -> bool:
+    """Whether training pairs that are also valid or test pairs are removed from training."""
+    return source_of(cfg).REMOVE_HELD_OUT
 
 
 def source_chunks(cfg: DataConfig, split: str) -> Iterator[Chunk]:
@@ -67,10 +82,13 @@ __all__ = [
     "Chunk",
     "RawCorpus",
     "cache_key",
+    "describe_source",
+    "pin_source",
     "load_source",
     "local_files",
     "make_toy",
     "read_lines",
+    "removes_held_out",
     "read_parallel",
     "read_parallel_chunks",
     "resolve_source",

@@ -35,6 +35,7 @@ from nmt.errors import NMTError
 
 log = logging.getLogger(__name__)
 
+REMOVE_HELD_OUT = True  # training pairs that are valid or test pairs are dropped
 SCHEMA = HFDataConfig
 CONVERTED = "refs/convert/parquet"  # the hub's parquet conversion of every public dataset
 # data=wmt14_de_en's dataset (configs/data/wmt14_de_en.yaml), also what data.hub_fallback_pairs draws
@@ -108,6 +109,24 @@ def resolve(cfg: HFDataConfig) -> HFDataConfig:
         if o is not None and o.path != cfg.path:
             pins[f"{split}_revision"] = _pinned(cfg, o, f"data.{split}_revision")
     return _with(cfg, **pins)
+
+
+pin = resolve
+
+
+def describe(cfg: HFDataConfig) -> str:
+    """The dataset, config and commit of each split, as the test report names them."""
+    if cfg.data_files:
+        return f"{cfg.path} files {cfg.data_files}"
+    parts = []
+    for split in ("train", "valid", "test"):
+        o = origin(cfg, split)
+        parts.append(
+            f"{split} drawn from train"
+            if o is None
+            else f"{split} hf://datasets/{o.path}@{o.revision} ({o.config}, {o.split})"
+        )
+    return "; ".join(parts)
 
 
 def _with(cfg: Any, **values: Any) -> Any:

@@ -15,6 +15,7 @@ from nmt.errors import NMTError
 
 log = logging.getLogger(__name__)
 
+REMOVE_HELD_OUT = True  # training pairs that are valid or test pairs are dropped
 SCHEMA = LocalDataConfig
 CHUNK_LINES = 10_000  # lines read at a time
 
@@ -42,6 +43,15 @@ def resolve(cfg: LocalDataConfig) -> DataConfig:
             **hub.WMT14,
         )
     )
+
+
+def pin(cfg: LocalDataConfig) -> LocalDataConfig:
+    """Files name no version: their sizes and times key the prepared cache instead."""
+    return cfg
+
+
+def describe(cfg: LocalDataConfig) -> str:
+    return f"the files {{train,valid,test}}.{{{cfg.src_lang},{cfg.tgt_lang}}} of {Path(cfg.dir).resolve()}"
 
 
 def cache_key(cfg: LocalDataConfig, settings: dict) -> dict:

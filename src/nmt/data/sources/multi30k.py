@@ -7,15 +7,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nmt.config import LocalDataConfig, Multi30kDataConfig
-from nmt.data.download import multi30k_dir
+from nmt.data.download import MULTI30K_COMMIT, multi30k_dir
 from nmt.data.sources import local
 from nmt.data.sources.common import Chunk
 
+REMOVE_HELD_OUT = True  # training pairs that are valid or test pairs are dropped
 SCHEMA = Multi30kDataConfig
 
 
 def resolve(cfg: Multi30kDataConfig) -> Multi30kDataConfig:
     return cfg
+
+
+def pin(cfg: Multi30kDataConfig) -> Multi30kDataConfig:
+    return cfg
+
+
+def describe(cfg: Multi30kDataConfig) -> str:
+    return f"Multi30k task 1 (multi30k/dataset@{MULTI30K_COMMIT}, SHA-256 pinned)"
 
 
 def cache_key(cfg: Multi30kDataConfig, settings: dict) -> dict:
