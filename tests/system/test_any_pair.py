@@ -30,8 +30,8 @@ def hub(tmp_path, monkeypatch):
         main, converted = iwslt2017(["de-en", "en-de"])
         standin.add_repo("IWSLT/iwslt2017", main, converted)
         standin.add_repo("Helsinki-NLP/opus-100", opus100(["de-en", "en-fr"]))
-        standin.add_repo("openlanguagedata/flores_plus", flores_plus({"de": "deu_Latn", "en": "eng_Latn",
-                                                                     "fr": "fra_Latn"}), gated=True)  # fmt: skip
+        flores = flores_plus({"de": "deu_Latn", "en": "eng_Latn", "fr": "fra_Latn"})
+        standin.add_repo("openlanguagedata/flores_plus", flores, gated=True)
         standin.add_repo("Helsinki-NLP/opus_books", opus_books(["de-en", "en-fr"]))
         main, converted = flat_jsonl()
         standin.add_repo("bentrevett/multi30k", main, converted)
@@ -98,7 +98,8 @@ def test_a_gated_dataset_without_a_token_says_how_to_log_in(hub, compose_train_c
 def test_opus_books_has_train_only_and_draws_valid_and_test_from_it(hub, compose_train_cfg, tmp_path, caplog):
     caplog.set_level(logging.INFO)
     overrides = ("data=hf", "data.path=Helsinki-NLP/opus_books", "data.config_name=de-en",
-                 "data.valid_split=null", "data.test_split=null", "data.valid_size=20", "data.test_size=30")  # fmt: skip
+                 "data.valid_split=null", "data.test_split=null",
+                 "data.valid_size=20", "data.test_size=30")  # fmt: skip
     cfg, _ = trained(compose_train_cfg, tmp_path, *overrides)
     root = prepare_text(cfg.data, progress=False)
     valid, test, train_text = (set(read_text(root, s, "en")) for s in ("valid", "test", "train"))
