@@ -157,6 +157,12 @@ class Hub:
             return False
         return all(f.path.endswith(".parquet") for f in self.split_files(commit, config_name, split))
 
+    def card_configs(self, commit: str) -> list[str]:
+        """The config names of the card's ``configs:`` block ([] without one)."""
+        return [
+            str(c.get("config_name")) for c in self.card(commit).get("configs") or [] if isinstance(c, dict)
+        ]
+
     def _card_config(self, commit: str, config_name: str) -> dict | None:
         configs = self.card(commit).get("configs") or []
         return next((c for c in configs if isinstance(c, dict) and c.get("config_name") == config_name), None)

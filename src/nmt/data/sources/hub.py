@@ -223,9 +223,9 @@ def _hub(cfg: HFDataConfig, path: str | None = None) -> Hub:
     return Hub(path or cfg.path, cfg.hub_timeout_s, cfg.hub_retries, cfg.hub_deadline_s)
 
 
-def commit_of(cfg: HFDataConfig, o: Origin, key: str = "data.revision") -> str:
+def commit_of(cfg: HFDataConfig, o: Origin, key: str = "data.revision", raw: bool = False) -> str:
     """The commit ``o.revision`` names: itself when it is one (no request), else asked of the hub
-    once per process and logged."""
+    once per process and logged. A failure is one NMTError, or with ``raw`` the hub client's own."""
     if COMMIT.fullmatch(o.revision):
         return o.revision
     hub = _hub(cfg, o.path)
@@ -237,6 +237,8 @@ def commit_of(cfg: HFDataConfig, o: Origin, key: str = "data.revision") -> str:
         except NMTError:
             raise
         except Exception as e:
+            if raw:
+                raise
             raise NMTError(
                 f"could not resolve {key}={o.revision} of Hugging Face dataset {o.path}: "
                 f"{one_line(e)}; {_hint(cfg, o, e)}"
@@ -258,9 +260,11 @@ def _pinned(cfg: HFDataConfig, o: Origin, key: str) -> str:
     hub = _hub(cfg, o.path)
     config = _config_of(cfg, o, cfg.src_lang)
     try:
+        if hub.card_configs(commit) and config not in hub.card_configs(commit):
+            hub.split_files(commit, config, o.split)  # refused, naming the configs the card has
         if hub.has_parquet(commit, config, o.split):
             return commit
-        converted = commit_of(cfg, Origin(o.path, o.config, o.split, CONVERTED), key)
+        converted = commit_of(cfg, Origin(o.path, o.config, o.split, CONVERTED), key, raw=True)
     except NMTError:
         raise
     except Exception as e:
