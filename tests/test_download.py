@@ -19,7 +19,7 @@ import pytest
 
 import nmt.data.download as download
 from nmt.config import LocalDataConfig, Multi30kDataConfig, TokenizerConfig
-from nmt.data import prepare_corpus
+from nmt.data import prepare_corpus, prepare_text, read_text
 from nmt.data.download import MULTI30K_FILES, download_cache, multi30k_dir
 from nmt.data.sources import load_source, resolve_source
 from nmt.errors import NMTError
@@ -447,3 +447,20 @@ def test_a_fresh_clone_downloads_the_same_corpus_as_the_shared_copy(tmp_path, se
         assert all(
             np.array_equal(a.src(i), b.src(i)) and np.array_equal(a.tgt(i), b.tgt(i)) for i in range(len(a))
         )
+
+
+@pytest.mark.parametrize(("src", "tgt"), [("en", "fr"), ("en", "cs"), ("fr", "en")])
+def test_french_and_czech_prepare_from_the_pinned_upstream_files(tmp_path, src, tgt):
+    """The upstream gzip files, served from a local folder as data.url, pass their pinned digests; the
+    reversed pair shares the prepared text."""
+    raw = REPO / "../shared/data/multi30k-raw"
+    if not raw.is_dir():
+        pytest.skip("../shared/data not available")
+    cfg = Multi30kDataConfig(dir=str(tmp_path / "none"), cache_dir=str(tmp_path / "data"), url=str(raw),
+                             src_lang=src, tgt_lang=tgt, name="m")  # fmt: skip
+    root = prepare_text(cfg, progress=False)
+    other = tgt if src == "en" else src
+    assert len(read_text(root, "test", other)) == 1000 and len(read_text(root, "valid", "en")) == 1014
+    reverse = Multi30kDataConfig(dir=str(tmp_path / "none"), cache_dir=str(tmp_path / "data"), url=str(raw),
+                                 src_lang=tgt, tgt_lang=src, name="m")  # fmt: skip
+    assert prepare_text(reverse, progress=False) == root
