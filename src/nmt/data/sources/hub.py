@@ -249,7 +249,6 @@ def commit_of(cfg: HFDataConfig, o: Origin, key: str = "data.revision", raw: boo
     return _RESOLVED[cache]
 
 
-hub_commit = commit_of
 _RESOLVED: dict[tuple[str, str, str], str] = {}
 
 
