@@ -176,6 +176,7 @@ class StandIn:
     trickle_s: float = 0.0  # a file's bytes sent one at a time, this long apart
     ignore_range: bool = False  # a range request answered 200 with the whole file
     portal: bool = False  # every request answered 200 with a captive portal's login page
+    cut: int = 0  # this many file bodies are cut off halfway (the connection closed), then served whole
     release: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -363,6 +364,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if head:
+            return
+        if self.hub.cut and headers.get("Content-Type") == "application/octet-stream" and len(body) > 1:
+            self.hub.cut -= 1
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            request.body_bytes = len(body) // 2
             return
         if self.hub.trickle_s and headers.get("Content-Type") == "application/octet-stream":
             with suppress(OSError):  # the client gave up

@@ -220,6 +220,12 @@ def test_a_server_sending_a_byte_at_a_time_fails_at_the_requests_deadline(hub, c
     assert "\n" not in message and "bytes in 1 s, and not finished (data.hub_deadline_s)" in message
 
 
+def test_a_body_cut_off_halfway_is_asked_again(hub, compose_train_cfg, tmp_path):
+    hub.cut = 2
+    corpus = load_source(default_data(compose_train_cfg, tmp_path, "data.train_size=1500"))
+    assert len(corpus["train"]["en"]) == 1500 and hub.cut == 0
+
+
 def test_a_server_ignoring_ranges_is_read_once_per_small_file_and_said(
     hub, compose_train_cfg, tmp_path, caplog
 ):

@@ -54,8 +54,19 @@ class Hub:
     def get(
         self, url: str, headers: dict | None = None, params: dict | None = None, limit: int = -1
     ) -> Answer:
-        """A GET through huggingface_hub's session, retried on network errors and 5xx, raised on errors;
-        its body read as it comes, within ``deadline_s`` and, for a ``limit`` >= 0, ``limit`` bytes."""
+        """A GET through huggingface_hub's session, retried on network errors and 5xx (also when they
+        cut the body short), raised on errors; its body read as it comes, within ``deadline_s`` a try
+        and, for a ``limit`` >= 0, ``limit`` bytes."""
+        for attempt in range(self.retries + 1):
+            try:
+                return self._get(url, headers, params, limit)
+            except _BodyCut as cut:
+                if attempt == self.retries:
+                    raise cut.error from None
+                time.sleep(min(2**attempt, 8))
+        raise AssertionError("unreachable")
+
+    def _get(self, url: str, headers: dict | None, params: dict | None, limit: int) -> Answer:
         from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_stream_backoff
 
         started = time.monotonic()
@@ -70,14 +81,18 @@ class Hub:
             if limit >= 0 and answer.status == 200 and (answer.length or 0) > limit:
                 return answer  # the caller refuses it: nothing of the body is read
             chunks, received = [], 0
-            for chunk in response.iter_bytes():
-                received += len(chunk)
-                if time.monotonic() - started > self.deadline_s:
-                    raise NMTError(
-                        f"{url}: {received:,} bytes in {self.deadline_s:g} s, and not finished "
-                        "(data.hub_deadline_s): the server or a proxy sends too slowly; run again to retry"
-                    )
-                chunks.append(chunk)
+            try:
+                for chunk in response.iter_bytes():
+                    received += len(chunk)
+                    if time.monotonic() - started > self.deadline_s:
+                        raise NMTError(
+                            f"{url}: {received:,} bytes in {self.deadline_s:g} s, and not finished "
+                            "(data.hub_deadline_s): the server or a proxy sends too slowly; run again to "
+                            "retry"
+                        )
+                    chunks.append(chunk)
+            except _network_errors() as e:
+                raise _BodyCut(e) from None
             answer.body = b"".join(chunks)
             return answer
 
@@ -214,6 +229,24 @@ class Hub:
                 f"{self.repo}@{commit}: no file matches {patterns} (split {split!r} of {config_name!r})"
             )
         return [self.file(commit, p, found[p]) for p in sorted(found)]
+
+
+class _BodyCut(Exception):
+    """A network error while a body was read (after the client's own retries, which cover the start)."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _network_errors() -> tuple[type[Exception], ...]:
+    """The errors huggingface_hub's client retries (timeouts, network and protocol errors)."""
+    import inspect
+
+    from huggingface_hub.utils import http_backoff
+
+    errors = inspect.signature(http_backoff).parameters["retry_on_exceptions"].default
+    return errors if isinstance(errors, tuple) else (errors,)
 
 
 @dataclass
