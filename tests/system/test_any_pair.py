@@ -139,3 +139,19 @@ def test_the_test_report_names_the_dataset_and_commit(hub, compose_train_cfg, tm
     line = describe_source(data)
     assert f"test hf://datasets/wmt/wmt16@{hub.commit_of('main', 'wmt/wmt16')} (ro-en, test)" in line
     json.dumps(line)
+
+
+@pytest.mark.parametrize(
+    ("src", "tgt"), [("en", "fr"), ("cs", "en"), ("en", "ru"), ("hi", "en"), ("de", "en")]
+)
+def test_the_wmt14_preset_reads_each_pair_at_its_pinned_commit(hub, compose_train_cfg, tmp_path, src, tgt):
+    from hub_standin import PINNED, Repo
+
+    hub.repos["wmt/wmt14"] = Repo(wmt("14", ["cs-en", "de-en", "fr-en", "hi-en", "ru-en"]), (PINNED,), {})
+    data = compose_train_cfg("data=wmt14", f"data.src_lang={src}", f"data.tgt_lang={tgt}",
+                             f"data.cache_dir={tmp_path}").data  # fmt: skip
+    other = tgt if src == "en" else src
+    assert data.config_name == f"{other}-en" and data.revision == PINNED
+    root = prepare_text(data, progress=False)
+    assert read_text(root, "test", "en")[0] == "en " + read_text(root, "test", other)[0]
+    assert all(PINNED in r.path for r in hub.dataset_requests)
