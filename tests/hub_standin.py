@@ -1,13 +1,18 @@
 """A stand-in for the Hugging Face hub: a local HTTP server that answers the endpoints huggingface_hub and
-datasets call for a parquet-only dataset (repo info, tree, paths-info, ``resolve`` with HEAD and byte
-ranges), reached with ``HF_ENDPOINT=http://127.0.0.1:PORT``.
+datasets call (repo info, tree, paths-info, ``resolve`` with HEAD and byte ranges), reached with
+``HF_ENDPOINT=http://127.0.0.1:PORT``.
 
 It serves ``wmt/wmt14`` laid out as the hub does at the pinned commit: the card's ``configs:`` block, a
 ``translation`` struct of ``de``/``en``, ``de-en/{train-0000{0,1,2}-of-00003,validation-00000-of-00001,
 test-00000-of-00001}.parquet`` in 1,000-row groups as ``datasets`` wrote them when the hub converted the
 dataset (``to_parquet(batch_size=1000)``). The text is WMT's (``../shared/data/wmt14-de-en``) when
 present, else generated; small, so a test takes seconds. It counts the bytes it serves and records
-every request, and can answer with an error status or stop answering.
+every request, and can answer with an error status, stop answering, or misbehave as servers and
+proxies do (a byte at a time, the whole file for a range, a captive portal's page).
+
+It also serves small copies of the other datasets the presets read, each laid out as on the hub
+(:mod:`hub_datasets`): ``add_repo`` adds one, with its parquet conversion (``refs/convert/parquet``)
+and whether it is gated.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import random
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -125,16 +131,62 @@ class Request:
     body_bytes: int = 0
 
 
+CONVERTED = "refs/convert/parquet"
+
+
+@dataclass
+class Repo:
+    """A dataset repository: its files (the same at every commit of ``commits``), its branches, and its
+    parquet conversion's files (at a commit of their own) when the hub made one."""
+
+    files: dict[str, bytes]
+    commits: tuple[str, ...]
+    refs: dict[str, str]
+    converted: dict[str, bytes] | None = None
+    gated: bool = False  # answers 401 GatedRepo to a request without a token
+
+    @property
+    def converted_commit(self) -> str:
+        return hashlib.sha1(repr(sorted(self.converted or {})).encode()).hexdigest()
+
+    def commit_of(self, revision: str) -> str | None:
+        revision = unquote(revision)
+        if revision == CONVERTED and self.converted is not None:
+            return self.converted_commit
+        if revision in self.commits or (self.converted is not None and revision == self.converted_commit):
+            return revision
+        return self.refs.get(revision)
+
+    def files_at(self, commit: str) -> dict[str, bytes]:
+        return (
+            self.converted if self.converted is not None and commit == self.converted_commit else self.files
+        )
+
+
 @dataclass
 class StandIn:
     url: str
-    files: dict[str, bytes]
+    files: dict[str, bytes]  # wmt/wmt14's
     requests: list[Request] = field(default_factory=list)
     refs: dict[str, str] = field(default_factory=lambda: {"main": MAIN})
     commits: tuple[str, ...] = (PINNED, OTHER)
+    repos: dict[str, Repo] = field(default_factory=dict)
     fail_status: int | None = None  # every request answered with this status
     stall: bool = False  # every request waits, unanswered, until the server stops
+    trickle_s: float = 0.0  # a file's bytes sent one at a time, this long apart
+    ignore_range: bool = False  # a range request answered 200 with the whole file
+    portal: bool = False  # every request answered 200 with a captive portal's login page
+    cut: int = 0  # this many file bodies are cut off halfway (the connection closed), then served whole
     release: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.repos.setdefault(REPO_ID, Repo(self.files, self.commits, self.refs))
+
+    def add_repo(self, repo: str, files: dict[str, bytes], converted: dict | None = None, **kwargs) -> Repo:
+        """Serve ``repo`` (its main branch at a commit of its own)."""
+        commit = hashlib.sha1(repo.encode()).hexdigest()
+        self.repos[repo] = Repo(files, (commit,), {"main": commit}, converted, **kwargs)
+        return self.repos[repo]
 
     @property
     def bytes_served(self) -> int:
@@ -145,9 +197,8 @@ class StandIn:
         """The requests for the dataset: not huggingface_hub's own (its user-agent registry)."""
         return [r for r in self.requests if r.path.startswith(("/api/datasets/", "/datasets/"))]
 
-    def commit_of(self, revision: str) -> str | None:
-        revision = unquote(revision)
-        return revision if revision in self.commits else self.refs.get(revision)
+    def commit_of(self, revision: str, repo: str = REPO_ID) -> str | None:
+        return self.repos[repo].commit_of(revision)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -176,98 +227,109 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if hub.fail_status:
             return self._json(request, {"error": "stand-in failure"}, hub.fail_status, head)
+        if hub.portal:
+            page = b"<!DOCTYPE html><html><head><title>Hotel WiFi - Sign in</title></head></html>"
+            return self._send(request, 200, {"Content-Type": "text/html; charset=utf-8"}, page, head)
         path, _, query = self.path.partition("?")
-        repo = re.escape(REPO_ID)
-        if m := re.fullmatch(rf"/api/datasets/{repo}(?:/revision/([^/]+))?", path):
-            return self._repo_info(request, m.group(1) or "main", head)
-        if m := re.fullmatch(rf"/api/datasets/{repo}/tree/([^/]+)(/.*)?", path):
-            return self._tree(request, m.group(1), unquote((m.group(2) or "/")[1:]), parse_qs(query), head)
-        if m := re.fullmatch(rf"/api/datasets/{repo}/paths-info/([^/]+)", path):
-            return self._paths_info(request, m.group(1), body)
-        if m := re.fullmatch(rf"/datasets/{repo}/resolve/([^/]+)/(.+)", path):
-            return self._resolve(request, m.group(1), unquote(m.group(2)), head)
         if path == "/api/agent-harnesses":  # huggingface_hub's user-agent registry, fetched once a day
             return self._json(request, {"standardEnvVars": ["AI_AGENT", "AGENT"], "harnesses": {}}, 200, head)
-        if path.startswith("/api/datasets/") or path.startswith("/datasets/"):
-            return self._json(request, {"error": "Repository not found"}, 404, head, code="RepoNotFound")
+        m = re.fullmatch(r"/(api/)?datasets/([^/]+/[^/]+)(/.*)?", path)
+        repo = hub.repos.get(unquote(m.group(2))) if m else None
+        if repo is None:
+            if path.startswith("/api/datasets/") or path.startswith("/datasets/"):
+                return self._json(request, {"error": "Repository not found"}, 401, head, code="RepoNotFound")
+            return self._json(request, {"error": "not found"}, 404, head)
+        if repo.gated and not self.headers.get("Authorization"):
+            message = {"error": "Access to this dataset is restricted. You must be authenticated."}
+            return self._json(request, message, 401, head, code="GatedRepo")
+        self.repo, rest = repo, m.group(3) or ""
+        if m.group(1) and (r := re.fullmatch(r"(?:/revision/([^/]+))?", rest)):
+            return self._repo_info(request, m.group(2), r.group(1) or "main", head)
+        if m.group(1) and (r := re.fullmatch(r"/tree/([^/]+)(/.*)?", rest)):
+            return self._tree(request, r.group(1), unquote((r.group(2) or "/")[1:]), parse_qs(query), head)
+        if m.group(1) and (r := re.fullmatch(r"/paths-info/([^/]+)", rest)):
+            return self._paths_info(request, r.group(1), body)
+        if not m.group(1) and (r := re.fullmatch(r"/resolve/([^/]+)/(.+)", rest)):
+            return self._resolve(request, r.group(1), unquote(r.group(2)), head)
         return self._json(request, {"error": "not found"}, 404, head)
 
     def _revision_missing(self, request: Request, revision: str, head: bool) -> None:
         message = {"error": f"Invalid rev id: {unquote(revision)}"}
         self._json(request, message, 404, head, code="RevisionNotFound")
 
-    def _repo_info(self, request: Request, revision: str, head: bool) -> None:
-        commit = self.hub.commit_of(revision)
+    def _files(self, revision: str) -> dict[str, bytes] | None:
+        commit = self.repo.commit_of(revision)
+        return None if commit is None else self.repo.files_at(commit)
+
+    def _repo_info(self, request: Request, repo_id: str, revision: str, head: bool) -> None:
+        commit = self.repo.commit_of(revision)
         if commit is None:
             return self._revision_missing(request, revision, head)
         info = {
             "_id": "stand-in",
-            "id": REPO_ID,
-            "author": "wmt",
+            "id": repo_id,
+            "author": repo_id.split("/")[0],
             "sha": commit,
             "private": False,
-            "gated": False,
+            "gated": "auto" if self.repo.gated else False,
             "disabled": False,
             "downloads": 0,
             "likes": 0,
             "tags": ["format:parquet"],
-            "cardData": {"configs": [{"config_name": "de-en"}]},
-            "siblings": [{"rfilename": p} for p in sorted(self.hub.files)],
+            "siblings": [{"rfilename": p} for p in sorted(self.repo.files_at(commit))],
             "lastModified": "2024-04-03T00:00:00.000Z",
             "createdAt": "2022-03-02T23:29:22.000Z",
         }
         self._json(request, info, 200, head)
 
-    def _entry(self, path: str) -> dict:
-        if path in self.hub.files:
-            data = self.hub.files[path]
+    def _entry(self, path: str, files: dict[str, bytes]) -> dict:
+        if path in files:
+            data = files[path]
             return {"type": "file", "oid": _oid(data), "size": len(data), "path": path}
         return {"type": "directory", "oid": _oid(path.encode()), "size": 0, "path": path}
 
     def _tree(self, request: Request, revision: str, folder: str, query: dict, head: bool) -> None:
-        if self.hub.commit_of(revision) is None:
+        files = self._files(revision)
+        if files is None:
             return self._revision_missing(request, revision, head)
         recursive = query.get("recursive", ["false"])[0].lower() == "true"
         prefix = f"{folder.rstrip('/')}/" if folder else ""
         entries: dict[str, dict] = {}
-        for path in self.hub.files:
+        for path in files:
             if not path.startswith(prefix):
                 continue
             rest = path[len(prefix) :].split("/")
             if recursive:
                 for depth in range(1, len(rest)):
-                    entries.setdefault(
-                        prefix + "/".join(rest[:depth]), self._entry(prefix + "/".join(rest[:depth]))
-                    )
-                entries[path] = self._entry(path)
+                    folder_path = prefix + "/".join(rest[:depth])
+                    entries.setdefault(folder_path, self._entry(folder_path, files))
+                entries[path] = self._entry(path, files)
             else:
                 child = prefix + rest[0]
-                entries[child] = self._entry(child)
+                entries[child] = self._entry(child, files)
         if folder and not entries:
             return self._json(request, {"error": f"{folder} does not exist"}, 404, head, code="EntryNotFound")
         self._json(request, [entries[p] for p in sorted(entries)], 200, head)
 
     def _paths_info(self, request: Request, revision: str, body: bytes) -> None:
-        if self.hub.commit_of(revision) is None:
+        files = self._files(revision)
+        if files is None:
             return self._revision_missing(request, revision, False)
         try:
             paths = json.loads(body).get("paths", [])
         except ValueError:
             paths = parse_qs(body.decode()).get("paths", [])
-        known = [
-            p
-            for p in paths
-            if p in self.hub.files or any(f.startswith(p.rstrip("/") + "/") for f in self.hub.files)
-        ]
-        self._json(request, [self._entry(p) for p in known], 200, False)
+        known = [p for p in paths if p in files or any(f.startswith(p.rstrip("/") + "/") for f in files)]
+        self._json(request, [self._entry(p, files) for p in known], 200, False)
 
     def _resolve(self, request: Request, revision: str, path: str, head: bool) -> None:
-        commit = self.hub.commit_of(revision)
+        commit = self.repo.commit_of(revision)
         if commit is None:
             return self._revision_missing(request, revision, head)
-        if path not in self.hub.files:
+        files = self.repo.files_at(commit)
+        if path not in files:
             return self._json(request, {"error": "Entry not found"}, 404, head, code="EntryNotFound")
-        data = self.hub.files[path]
+        data = files[path]
         headers = {
             "ETag": f'"{_oid(data)}"',
             "X-Repo-Commit": commit,
@@ -275,6 +337,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             "Content-Type": "application/octet-stream",
         }
         status, body = 200, data
+        if self.hub.ignore_range:
+            return self._send(request, status, headers, body, head)
         if m := re.fullmatch(r"bytes=(\d*)-(\d*)", request.range or ""):
             if m.group(1):
                 start, end = int(m.group(1)), min(int(m.group(2) or len(data) - 1), len(data) - 1)
@@ -299,9 +363,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if not head:
-            self.wfile.write(body)
-            request.body_bytes = len(body)
+        if head:
+            return
+        if self.hub.cut and headers.get("Content-Type") == "application/octet-stream" and len(body) > 1:
+            self.hub.cut -= 1
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            request.body_bytes = len(body) // 2
+            return
+        if self.hub.trickle_s and headers.get("Content-Type") == "application/octet-stream":
+            with suppress(OSError):  # the client gave up
+                for i in range(len(body)):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    request.body_bytes += 1
+                    time.sleep(self.hub.trickle_s)
+            return
+        self.wfile.write(body)
+        request.body_bytes = len(body)
 
 
 def _oid(data: bytes) -> str:
@@ -334,6 +414,7 @@ def standin_hub(tmp_path, monkeypatch) -> Iterator[StandIn]:
     from nmt.data import hub, sources
 
     with serve(dataset_files()) as standin:
+        monkeypatch.delenv("HF_TOKEN", raising=False)
         monkeypatch.setenv("HF_ENDPOINT", standin.url)
         monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", standin.url)  # read when imported
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
@@ -341,8 +422,9 @@ def standin_hub(tmp_path, monkeypatch) -> Iterator[StandIn]:
         for name in ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_XET_CACHE"):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
-        monkeypatch.setattr(sources, "_RESOLVED", {})  # what this process asked of other servers
+        monkeypatch.setattr(sources.hub, "_RESOLVED", {})  # what this process asked of other servers
         monkeypatch.setattr(hub, "_SEEN", {})
+        monkeypatch.setattr(sources.hub, "_DRAWN", {})
         yield standin
 
 

@@ -31,7 +31,7 @@ from nmt.config import (
     overrides_of,
 )
 from nmt.ct2.export import QUANTIZATIONS
-from nmt.data.sources import READERS
+from nmt.data.sources import SOURCES
 from nmt.devices import DTYPES
 from nmt.errors import NMTError
 from nmt.metrics import METRICS
@@ -127,7 +127,7 @@ def test_model_and_optimizer_values_are_refused_before_any_data_is_read(
 # Each implementation registry, by the setting whose choices name its entries.
 REGISTRIES = [
     ("data.source", DATA_SCHEMAS),
-    ("data.source", READERS),
+    ("data.source", SOURCES),
     ("model.arch", ARCHS),
     ("model.arch", MODEL_SCHEMAS),
     ("model.positional", POSITIONALS),

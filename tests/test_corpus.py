@@ -1,6 +1,7 @@
 """prepare_corpus end to end (toy, tiny local files, the shared data) and the prepare_data.py script."""
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -89,7 +90,8 @@ def local_corpus(tmp_path: Path) -> LocalDataConfig:
     en = ["hello world", "", "a b c d e f g h i j", "good morning"] * 30
     de = ["hallo welt", "leer", "a", "guten morgen"] * 30
     for split, n in (("train", 120), ("valid", 8), ("test", 8)):
-        (src_dir / f"{split}.en").write_text("".join(f"{line}\n" for line in en[:n]), encoding="utf-8")
+        lines = en[:n] if split == "train" else [f"{line} {split}" if line else "" for line in en[:n]]
+        (src_dir / f"{split}.en").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
         (src_dir / f"{split}.de").write_text("".join(f"{line}\n" for line in de[:n]), encoding="utf-8")
     return LocalDataConfig(dir=str(src_dir), name="corpus", cache_dir=str(tmp_path / "cache"))
 
@@ -123,13 +125,36 @@ def test_subword_sampling_resegments_the_same_training_text_once(tmp_path, monke
 def test_local_corpus_records_what_cleaning_dropped(tmp_path):
     data = prepare_corpus(local_corpus(tmp_path), TokenizerConfig(vocab_size=40), progress=False)
     assert data.summary["pairs"] == {"train": 60, "valid": 8, "test": 8}  # valid/test kept whole
-    assert data.summary["dropped"]["train"] == {"empty": 30, "too_short": 0, "too_long": 0, "ratio": 30}
+    assert data.summary["dropped"]["train"] == {
+        "empty": 30, "too_short": 0, "too_long": 0, "ratio": 30, "in_valid_test": 0
+    }  # fmt: skip
     assert sum(data.summary["dropped"]["test"].values()) == 0
     assert data.raw("test")[0][1] == "" and len(data.splits["test"].src(1)) == 0
     meta = json.loads((data.root / "meta.json").read_text())
     assert meta["dropped"] == data.summary["dropped"]
     table = format_summary(data.summary)
     assert "train" in table and "60 (empty 30, ratio 30)" in table and "en -> de" in table
+
+
+def test_training_pairs_that_are_valid_or_test_pairs_are_removed_and_counted(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    cfg = local_corpus(tmp_path)
+    folder = Path(cfg.dir)
+    test_en = (folder / "test.en").read_text(encoding="utf-8").splitlines()
+    test_de = (folder / "test.de").read_text(encoding="utf-8").splitlines()
+    with (
+        open(folder / "train.en", "a", encoding="utf-8") as en,
+        open(folder / "train.de", "a", encoding="utf-8") as de,
+    ):
+        for _ in range(3):  # the first test pair three times, the valid pair once
+            en.write(f"{test_en[0]}\n"), de.write(f"{test_de[0]}\n")
+        en.write("good morning valid\n"), de.write("guten morgen\n")
+        en.write("good morning\n"), de.write("guten morgen valid\n")  # one side only: kept
+    data = prepare_corpus(cfg, TokenizerConfig(vocab_size=40), progress=False)
+    assert data.summary["dropped"]["train"]["in_valid_test"] == 4
+    assert data.summary["pairs"]["train"] == 61
+    assert test_en[0] not in data.raw("train")[0]
+    assert "train: kept 61 pairs, dropped 64 (empty 30, ratio 30, in_valid_test 4)" in caplog.text
 
 
 def test_local_corpus_swapped_direction_reuses_the_cleaned_text(tmp_path, monkeypatch):

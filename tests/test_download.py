@@ -19,9 +19,9 @@ import pytest
 
 import nmt.data.download as download
 from nmt.config import LocalDataConfig, Multi30kDataConfig, TokenizerConfig
-from nmt.data import prepare_corpus
+from nmt.data import prepare_corpus, prepare_text, read_text
 from nmt.data.download import MULTI30K_FILES, download_cache, multi30k_dir
-from nmt.data.sources import resolve_source
+from nmt.data.sources import load_source, resolve_source
 from nmt.errors import NMTError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,19 +117,27 @@ def server(tmp_path) -> Iterator[Server]:
 def serve_gzipped(texts: dict[str, bytes], root: Path) -> None:
     """Our file names' texts as the repository's ``{name}.gz`` files."""
     for name, text in texts.items():
-        (root / f"{MULTI30K_FILES[name][0]}.gz").write_bytes(gzip.compress(text))
+        remote = f"{download.SPLIT_FILES[name.split('.')[0]]}.{name.split('.')[1]}"
+        (root / f"{remote}.gz").write_bytes(gzip.compress(text))
 
 
 @pytest.fixture
 def synthetic(monkeypatch) -> dict[str, bytes]:
-    """Six small texts whose digests stand in for the pinned ones (no shared data needed)."""
-    texts = {name: f"{name} line one\n{name} line two\n".encode() for name in MULTI30K_FILES}
-    pinned = {
-        name: (remote, hashlib.sha256(texts[name]).hexdigest())
-        for name, (remote, _) in MULTI30K_FILES.items()
+    """Six small English-German texts whose digests stand in for the pinned ones (no shared data
+    needed), as are those of French and Czech (:func:`all_synthetic`): our file name -> text."""
+    texts = all_synthetic()
+    pinned = {f"{download.SPLIT_FILES[n.split('.')[0]]}.{n.split('.')[1]}": t for n, t in texts.items()}
+    digests = {name: hashlib.sha256(text).hexdigest() for name, text in pinned.items()}
+    monkeypatch.setattr(download, "DIGESTS", digests)
+    return {name: text for name, text in texts.items() if name.endswith((".en", ".de"))}
+
+
+def all_synthetic() -> dict[str, bytes]:
+    return {
+        f"{ours}.{lang}": f"{ours}.{lang} line one\n{ours}.{lang} line two\n".encode()
+        for ours in download.SPLIT_FILES
+        for lang in ("en", *download.TRANSLATIONS)
     }
-    monkeypatch.setattr(download, "MULTI30K_FILES", pinned)
-    return texts
 
 
 def config(tmp_path: Path, url: str, **kwargs) -> Multi30kDataConfig:
@@ -309,7 +317,7 @@ def test_other_schemes_are_refused_in_one_line_and_so_are_redirects_to_them(tmp_
         multi30k_dir(config(tmp_path, "ftp://127.0.0.1:9/raw"))
     assert str(e.value) == (
         "data.url=ftp://127.0.0.1:9/raw: expected an http:// or https:// URL, or a local folder (a path or "
-        "file:///path) holding {train,val,test_2016_flickr}.{en,de}.gz"
+        "file:///path) holding {train,val,test_2016_flickr}.{en,de,fr,cs}.gz"
     )
     serve_gzipped(synthetic, server.root)
     server.odd.redirect["train.en.gz"] = "ftp://127.0.0.1:9/raw/train.en.gz"
@@ -351,11 +359,38 @@ def test_the_scripts_refuse_credentials_before_anything_is_written(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no outputs/ (.hydra/, log), no data/
 
 
-def test_multi30k_has_english_and_german_only():
+@pytest.mark.parametrize(("src", "tgt"), [("en", "ja"), ("de", "fr"), ("en", "en")])
+def test_multi30k_pairs_english_with_german_french_or_czech(src, tgt):
     with pytest.raises(
-        NMTError, match="data=multi30k has languages en and de, got data.src_lang='en', data.tgt_lang='fr'"
+        NMTError,
+        match=f"^data=multi30k pairs English with one of de, fr, cs, got data.src_lang='{src}', "
+        f"data.tgt_lang='{tgt}'$",
     ):
-        multi30k_dir(Multi30kDataConfig(tgt_lang="fr"))
+        multi30k_dir(Multi30kDataConfig(src_lang=src, tgt_lang=tgt))
+
+
+@pytest.mark.parametrize(("src", "tgt"), [("en", "fr"), ("cs", "en")])
+def test_french_and_czech_come_from_their_pinned_files_in_either_direction(tmp_path, synthetic, src, tgt):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    serve_gzipped(all_synthetic(), mirror)
+    cfg = config(tmp_path, str(mirror), src_lang=src, tgt_lang=tgt)
+    corpus = load_source(cfg)
+    other = tgt if src == "en" else src
+    assert corpus["test"][other] == [f"test.{other} line one", f"test.{other} line two"]
+    assert corpus["train"]["en"] == ["train.en line one", "train.en line two"]
+    assert sorted(p.name for p in multi30k_dir(cfg).iterdir()) == sorted(
+        f"{s}.{lang}" for s in ("train", "valid", "test") for lang in ("en", other)
+    )
+    assert multi30k_dir(cfg) != multi30k_dir(config(tmp_path, str(mirror)))  # one cache per pair
+
+
+def test_the_french_and_czech_digests_are_the_shared_upstream_files():
+    raw = REPO / "../shared/data/multi30k-raw"
+    if not raw.is_dir():
+        pytest.skip("../shared/data not available")
+    for name, digest in download.DIGESTS.items():
+        assert hashlib.sha256(gzip.decompress((raw / f"{name}.gz").read_bytes())).hexdigest() == digest
 
 
 def test_a_preset_without_its_local_files_falls_back_to_the_hub(compose_train_cfg, tmp_path, caplog):
@@ -412,3 +447,20 @@ def test_a_fresh_clone_downloads_the_same_corpus_as_the_shared_copy(tmp_path, se
         assert all(
             np.array_equal(a.src(i), b.src(i)) and np.array_equal(a.tgt(i), b.tgt(i)) for i in range(len(a))
         )
+
+
+@pytest.mark.parametrize(("src", "tgt"), [("en", "fr"), ("en", "cs"), ("fr", "en")])
+def test_french_and_czech_prepare_from_the_pinned_upstream_files(tmp_path, src, tgt):
+    """The upstream gzip files, served from a local folder as data.url, pass their pinned digests; the
+    reversed pair shares the prepared text."""
+    raw = REPO / "../shared/data/multi30k-raw"
+    if not raw.is_dir():
+        pytest.skip("../shared/data not available")
+    cfg = Multi30kDataConfig(dir=str(tmp_path / "none"), cache_dir=str(tmp_path / "data"), url=str(raw),
+                             src_lang=src, tgt_lang=tgt, name="m")  # fmt: skip
+    root = prepare_text(cfg, progress=False)
+    other = tgt if src == "en" else src
+    assert len(read_text(root, "test", other)) == 1000 and len(read_text(root, "valid", "en")) == 1014
+    reverse = Multi30kDataConfig(dir=str(tmp_path / "none"), cache_dir=str(tmp_path / "data"), url=str(raw),
+                                 src_lang=tgt, tgt_lang=src, name="m")  # fmt: skip
+    assert prepare_text(reverse, progress=False) == root

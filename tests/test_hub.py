@@ -190,7 +190,8 @@ def test_prepare_data_logs_a_line_per_file_read_and_none_per_request(hub, tmp_pa
     drawn = [
         int(re.search(r": ([\d,]+) of [\d,]+ rows drawn", line).group(1).replace(",", "")) for line in read
     ]
-    assert sum(drawn[:3]) == 1500 and drawn[3:] == [VALID_ROWS, VALID_ROWS]
+    train = [n for line, n in zip(read, drawn) if "/de-en/train-" in line]
+    assert sum(train) == 1500 and sorted(drawn)[:2] == [VALID_ROWS, VALID_ROWS] and len(train) == 3
 
 
 @pytest.mark.parametrize(
@@ -203,3 +204,124 @@ def test_prepare_data_logs_a_line_per_file_read_and_none_per_request(hub, tmp_pa
 def test_hub_settings_that_cannot_work_are_refused_at_start(override, message, compose_train_cfg):
     with pytest.raises(NMTError, match=f"^{re.escape(message)}"):
         check_train_config(compose_train_cfg(override))
+
+
+# ------------------------------------------------------------------ servers that misbehave, bad input
+
+
+def test_a_server_sending_a_byte_at_a_time_fails_at_the_requests_deadline(hub, compose_train_cfg, tmp_path):
+    hub.trickle_s = 0.05
+    data = default_data(compose_train_cfg, tmp_path, "data.hub_deadline_s=1", "data.hub_retries=0")
+    started = time.monotonic()
+    with pytest.raises(NMTError) as e:
+        load_source(data)
+    assert time.monotonic() - started < 10
+    message = str(e.value)
+    assert "\n" not in message and "bytes in 1 s, and not finished (data.hub_deadline_s)" in message
+
+
+def test_a_body_cut_off_halfway_is_asked_again(hub, compose_train_cfg, tmp_path):
+    hub.cut = 2
+    corpus = load_source(default_data(compose_train_cfg, tmp_path, "data.train_size=1500"))
+    assert len(corpus["train"]["en"]) == 1500 and hub.cut == 0
+
+
+def test_a_server_ignoring_ranges_is_read_once_per_small_file_and_said(
+    hub, compose_train_cfg, tmp_path, caplog
+):
+    hub.ignore_range = True
+    data = default_data(compose_train_cfg, tmp_path, "data.train_size=1500")
+    corpus = load_source(data)
+    assert len(corpus["train"]["en"]) == 1500
+    for path in TRAIN_FILES:  # each file once, whole, however many row groups were drawn
+        served = [r.body_bytes for r in hub.requests if r.path.endswith("/" + path)]
+        assert served == [len(hub.files[path])], served
+    assert "the server ignores byte ranges (it sent the whole file" in caplog.text
+
+
+def test_a_server_ignoring_ranges_on_a_large_file_is_refused_before_its_body(
+    hub, compose_train_cfg, tmp_path, monkeypatch
+):
+    from nmt.data import hub as hub_module
+
+    monkeypatch.setattr(hub_module, "WHOLE_FILE_BYTES", 1000)
+    hub.ignore_range = True
+    with pytest.raises(NMTError) as e:
+        load_source(default_data(compose_train_cfg, tmp_path, "data.train_size=1500"))
+    message = str(e.value)
+    assert "\n" not in message and "the server (or a proxy) ignores byte ranges" in message
+    assert "refused" in message
+
+
+@pytest.mark.parametrize("revision", [PINNED, "main"])
+def test_a_captive_portal_page_is_said_as_what_came_back(hub, compose_train_cfg, tmp_path, revision):
+    hub.portal = True
+    with pytest.raises(NMTError) as e:
+        load_source(default_data(compose_train_cfg, tmp_path, f"data.revision={revision}"))
+    message = str(e.value)
+    assert "\n" not in message and "got an HTML page titled 'Hotel WiFi - Sign in'" in message
+    assert "captive portal" in message and "no config" not in message
+
+
+def hf_data(compose_train_cfg, tmp_path, *overrides: str):
+    return compose_train_cfg("data=hf", f"data.cache_dir={tmp_path / 'data'}", *overrides).data
+
+
+def test_a_dataset_that_does_not_exist_says_so_and_how_to_log_in_if_private(hub, compose_train_cfg, tmp_path):
+    with pytest.raises(NMTError) as e:
+        prepare_text(hf_data(compose_train_cfg, tmp_path, "data.path=nobody/nothing"), progress=False)
+    message = str(e.value)
+    assert (
+        "\n" not in message and "there is no dataset nobody/nothing on the hub, or it is private" in message
+    )
+    assert "`hf auth login`" in message
+
+
+def test_a_config_that_does_not_exist_is_refused_naming_the_configs(hub, compose_train_cfg, tmp_path):
+    from hub_datasets import wmt
+
+    hub.add_repo("wmt/wmt16", wmt("16", ["de-en", "ro-en"]))
+    with pytest.raises(NMTError) as e:
+        prepare_text(compose_train_cfg("data=wmt16", "data.tgt_lang=ja").data, progress=False)
+    assert "no config 'ja-en'; it has de-en, ro-en; check data.config_name" in str(e.value)
+
+
+def test_a_loading_script_without_a_parquet_conversion_is_refused(hub, compose_train_cfg, tmp_path):
+    hub.add_repo("someone/scripted", {"README.md": b"# no card header\n", "scripted.py": b"# script\n"})
+    data = hf_data(compose_train_cfg, tmp_path, "data.path=someone/scripted")
+    with pytest.raises(NMTError) as e:
+        prepare_text(data, progress=False)
+    message = str(e.value)
+    assert (
+        "\n" not in message
+        and "has no parquet files at data.revision=main and no parquet conversion" in message
+    )
+    assert not list((tmp_path / "data").rglob("meta.json"))  # nothing that looks prepared
+
+
+def test_a_split_smaller_than_the_drawn_valid_and_test_is_refused(hub, compose_train_cfg, tmp_path):
+    from hub_datasets import opus_books
+
+    hub.add_repo("Helsinki-NLP/opus_books", opus_books(["de-en"]))
+    data = hf_data(
+        compose_train_cfg, tmp_path, "data.path=Helsinki-NLP/opus_books", "data.config_name=de-en",
+        "data.valid_split=null", "data.test_split=null", "data.valid_size=150", "data.test_size=100",
+    )  # fmt: skip
+    with pytest.raises(NMTError) as e:
+        prepare_text(data, progress=False)
+    message = str(e.value)
+    assert "has 200 pairs, too few to draw data.valid_size=150 and data.test_size=100 from it" in message
+    assert not list((tmp_path / "data").rglob("meta.json"))
+
+
+def test_the_cache_keys_of_the_existing_presets_gain_only_the_held_out_rule(compose_train_cfg):
+    """Settings added to the hub source are left out of the key at their no-effect defaults: the WMT14
+    preset's key holds what it held, plus the rule that drops valid/test pairs from training (which
+    changes the text); the toy task's is unchanged (its splits keep their pairs)."""
+    from nmt.cache import hash_key
+    from nmt.data.corpus import _text_settings
+
+    before = {"source", "path", "config_name", "revision", "data_files", "train_size", "seed", "train_split",
+              "valid_split", "test_split", "clean", "langs", "text_version"}  # fmt: skip
+    assert set(_text_settings(compose_train_cfg().data)) == before | {"held_out_removed"}
+    assert hash_key(_text_settings(compose_train_cfg("data=toy").data)) == "c358908aaec6"

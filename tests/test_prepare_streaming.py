@@ -124,14 +124,18 @@ def test_a_preparation_killed_at_any_moment_is_finished_by_the_next_run(tmp_path
     """SIGKILL (no clean-up runs) at several moments of a real prepare_data.py; the next run finishes,
     and what a killed process left is removed then."""
     lines = {
-        lang: [f"{lang} {i} " + " ".join(f"w{(i * j) % 997}" for j in range(12)) for i in range(60_000)]
+        lang: [f"{lang} {i} " + " ".join(f"w{(i * j) % 997}" for j in range(12)) for i in range(60_100)]
         for lang in ("en", "de")
     }
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    for split, n in (("train", 60_000), ("valid", 50), ("test", 50)):
+    for split, (start, end) in (
+        ("train", (0, 60_000)),
+        ("valid", (60_000, 60_050)),
+        ("test", (60_050, 60_100)),
+    ):
         for lang in ("en", "de"):
-            (corpus / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines[lang][:n]))
+            (corpus / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines[lang][start:end]))
     command = [
         sys.executable, str(REPO / "scripts/prepare_data.py"), "data=local", f"data.dir={corpus}",
         f"data.cache_dir={tmp_path / 'cache'}", "tokenizer.vocab_size=500", "data.workers=2",
@@ -175,7 +179,9 @@ def test_a_full_disk_is_one_line_naming_the_file_and_keeps_nothing(tmp_path, mon
         prepare_text(ToyDataConfig(cache_dir=str(tmp_path)), progress=False)
     message = str(e.value)
     assert "\n" not in message and "No space left on device" in message
-    assert message.startswith(str(tmp_path / "toy")) and "train.src.gz: cannot write it" in message
+    assert (
+        message.startswith(str(tmp_path / "toy")) and "valid.src: cannot write it" in message
+    )  # written first
     assert list((tmp_path / "toy").iterdir()) == []
 
 

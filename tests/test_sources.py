@@ -195,8 +195,39 @@ def test_wmt_subset_larger_than_the_corpus_is_all_of_it(wmt_like):
 
 def test_hf_missing_language_is_explained(parquet_dataset):
     cfg = HFDataConfig(path="parquet", data_files=str(parquet_dataset / "{split}.parquet"), tgt_lang="fr")
-    with pytest.raises(NMTError, match="missing key 'fr'"):
+    with pytest.raises(
+        NMTError,
+        match="train.parquet: language 'fr' is not in the pair: its translation column holds de, en; ",
+    ):
         load_source(cfg)
+
+
+@pytest.fixture
+def flat_dataset(tmp_path) -> Path:
+    """Parquet files of two flat text columns, ``en`` and ``de``, plus an ``id``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for split, n in {"train": 6, "validation": 2, "test": 2}.items():
+        table = pa.table({"id": list(range(n)), "en": [f"{split} {i}" for i in range(n)],
+                          "de": [f"{split} de {i}" for i in range(n)]})  # fmt: skip
+        pq.write_table(table, tmp_path / f"{split}.parquet")
+    return tmp_path
+
+
+def test_two_flat_columns_named_by_the_languages_or_by_the_column_keys(flat_dataset):
+    files = str(flat_dataset / "{split}.parquet")
+    corpus = load_source(HFDataConfig(path="parquet", data_files=files, src_lang="de", tgt_lang="en"))
+    assert corpus["test"] == {"de": ["test de 0", "test de 1"], "en": ["test 0", "test 1"]}
+    renamed = HFDataConfig(path="parquet", data_files=files, src_lang="xx", src_column="de", tgt_column="en")
+    assert load_source(renamed)["valid"]["xx"] == ["validation de 0", "validation de 1"]
+
+
+def test_a_missing_column_is_refused_listing_the_splits_columns(flat_dataset):
+    cfg = HFDataConfig(path="parquet", data_files=str(flat_dataset / "{split}.parquet"), tgt_lang="fr")
+    with pytest.raises(NMTError) as e:
+        load_source(cfg)
+    assert "train.parquet has no column 'fr': its columns are id, en, de; set data.tgt_column" in str(e.value)
 
 
 def test_hf_missing_files_suggest_checking_them(tmp_path):
@@ -232,3 +263,27 @@ def test_toy_target_is_lexicon_mapping_with_swapped_pairs():
 def test_toy_rejects_other_language_codes():
     with pytest.raises(NMTError, match="src and tgt"):
         make_toy(ToyDataConfig(src_lang="en"))
+
+
+def test_every_source_module_is_in_the_registry_with_its_schema_and_corpus_names_none():
+    """A new source is one module and one registry line: the modules of nmt/data/sources (but the
+    shared one) are the registry's, each with the interface the pipeline calls, its schema the one
+    data.source chooses; the pipeline names no source kind."""
+    import inspect
+    import pkgutil
+
+    import nmt.data.corpus
+    from nmt.config import DATA_SCHEMAS, DataConfig
+    from nmt.data import sources
+
+    modules = {m.name for m in pkgutil.iter_modules(sources.__path__)} - {"common"}
+    assert modules == {m.__name__.rsplit(".", 1)[1] for m in sources.SOURCES.values()}
+    choices = DataConfig.__dataclass_fields__["source"].metadata["choices"]
+    assert list(sources.SOURCES) == list(choices) == list(DATA_SCHEMAS)
+    for kind, module in sources.SOURCES.items():
+        interface = ("read", "resolve", "cache_key", "pin", "describe")
+        assert all(callable(getattr(module, name)) for name in interface), kind
+        assert isinstance(module.REMOVE_HELD_OUT, bool), kind
+        assert module.SCHEMA is DATA_SCHEMAS[kind] and module.SCHEMA.source == kind
+    assert "source ==" not in inspect.getsource(nmt.data.corpus)
+    assert "source !=" not in inspect.getsource(nmt.data.corpus)

@@ -21,7 +21,7 @@ from nmt.config import (
     check_values,
     checkpoint_paths,
 )
-from nmt.data import SPLITS, prepare_text, read_lines, read_text
+from nmt.data import SPLITS, describe_source, prepare_text, read_lines, read_text
 from nmt.devices import select_device
 from nmt.errors import NMTError, count_mismatch
 from nmt.metrics import CorpusScore, OutputStats, corpus_scores, output_stats, scores_by_length
@@ -52,6 +52,7 @@ class EvalReport:
     prefixes: str | None = None  # the target prefixes the hypotheses start with (prefix_file)
     ct2_model: str | None = None  # the CTranslate2 model directory that decoded (backend=ct2)
     nbest: str | None = None  # the n-best lists (decoding.nbest > 1): ``id ||| text ||| score`` lines
+    corpus: str | None = None  # the data a split came from (its hub dataset and commit); None for eval.src
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -109,6 +110,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     report = EvalReport(
         checkpoint=" + ".join(str(Path(p).resolve()) for p in paths),
         test_set=test_name,
+        corpus=None if cfg.eval.src else describe_source(translator.cfg.data),
         sentences=len(sources),
         scores=scores,
         decoding=decoding,

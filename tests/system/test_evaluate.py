@@ -73,6 +73,7 @@ def test_evaluate_script_scores_like_the_sacrebleu_cli(toy, toy_run, text, tmp_p
 
     report = json.loads(hyp_path.with_suffix(".json").read_text())
     assert report["test_set"] == "test" and report["sentences"] == 200 == len(lines(hyp_path))
+    assert report["corpus"] == "the toy task (seed 1234, swap_pairs=True)"  # the data the split came from
     assert report["checkpoint"] == str(checkpoint.resolve()) and report["step"] == 1000
     assert report["decoding"]["beam_size"] == toy_run.cfg.decoding.beam_size == 5
     assert {"alpha", "max_len_a", "max_len_b", "no_unk"} <= report["decoding"].keys()
@@ -99,7 +100,7 @@ def test_evaluate_on_local_files(toy_run, text, tmp_path):
     report = evaluate_checkpoint(cfg, tmp_path / "eval")
     hyps = lines(Path(report.hypotheses))
     assert Path(report.hypotheses).parent == tmp_path / "eval"
-    assert report.test_set == "mini" and report.sentences == len(hyps) == 30
+    assert report.test_set == "mini" and report.sentences == len(hyps) == 30 and report.corpus is None
     assert report.scores["bleu"].score == corpus_scores(hyps, refs)["bleu"].score > 80
     assert json.loads(Path(report.report).read_text())["scores"] == report.as_dict()["scores"]
 

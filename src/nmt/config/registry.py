@@ -47,10 +47,24 @@ def _basename(path: str) -> str:
     return os.path.basename(os.path.normpath(path))
 
 
+def _sorted_pair(a: str, b: str) -> str:
+    """A language pair in alphabetical order, as OPUS-100 and Multi30k's folder name it (de-en, en-fr)."""
+    return "-".join(sorted([a, b]))
+
+
+def _en_pair(a: str, b: str) -> str:
+    """A pair with English as ``xx-en``, as WMT's configs name it (de-en for en->de and de->en)."""
+    return f"{b if a == 'en' else a}-en"
+
+
+RESOLVERS = {"basename": _basename, "sorted_pair": _sorted_pair, "en_pair": _en_pair}
+
+
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
-    if not OmegaConf.has_resolver("basename"):
-        OmegaConf.register_new_resolver("basename", _basename)
+    for name, resolver in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="evaluate_schema", node=EvaluateConfig)

@@ -47,27 +47,48 @@ class DataConfig:
 
 @dataclass
 class HFDataConfig(DataConfig):
-    """WMT from the Hugging Face hub (or parquet files, ``data_files``): a training subset drawn from
-    every training file in proportion (only the parquet row groups it needs are fetched), the whole
-    valid and test sets from their own files."""
+    """Any translation dataset on the Hugging Face hub (or parquet files, ``data_files``): a training
+    subset drawn from every training file in proportion (only the parquet row groups it needs are
+    fetched), the whole valid and test sets from their own splits, or drawn from training when the
+    dataset has none. nmt.data.sources.hub reads it; data=wmt14_de_en and the other presets set it."""
 
     source: str = "hf"
-    name: str = "wmt14_de_en"
-    path: str = "wmt/wmt14"
-    config_name: str = "de-en"
-    # The hub commit every request names: the one that converted wmt/wmt14 to parquet. A branch or tag
-    # ("main") is resolved to its commit first, logged; the prepared corpus is keyed by the commit.
-    revision: str = "b199e406369ec1b7634206d3ded5ba45de2fe696"
+    name: str = "hf-${data.config_name}"
+    path: str = MISSING  # the dataset on the hub, e.g. wmt/wmt16
+    config_name: str = "default"  # its config (subset), e.g. ro-en
+    # A commit, branch or tag: a branch ("main") is resolved to its commit once, logged; the prepared
+    # corpus, the checkpoints and the test report name the commit. No parquet there: the hub's parquet
+    # conversion (refs/convert/parquet) is read instead.
+    revision: str = "main"
     # seconds a hub request may wait for an answer before it fails
     hub_timeout_s: float = knob(30.0, POSITIVE)
+    # seconds a whole hub request may take, however its server trickles the bytes
+    hub_deadline_s: float = knob(600.0, POSITIVE)
     # tries again after a failed or stalled hub request (after 1, 2, 4 s)
     hub_retries: int = knob(3, NON_NEGATIVE)
     data_files: str | None = None  # local parquet/json instead of the hub (tests, mirrors)
     train_size: int = 200_000  # pairs drawn from all of the training split; more than it has = all
-    seed: int = 1  # of the training subset
+    seed: int = 1  # of the training subset (and of valid/test drawn from it)
+    # Two flat text columns instead of a `translation` struct; null = the language codes
+    src_column: str | None = None
+    tgt_column: str | None = None
     train_split: str = "train"
-    valid_split: str = "validation"  # newstest2013
-    test_split: str = "test"  # newstest2014
+    valid_split: str | None = "validation"  # null = valid_size pairs drawn from training
+    test_split: str | None = "test"  # null = test_size pairs drawn from training
+    valid_size: int = knob(2000, POSITIVE)  # pairs, when valid_split is null
+    test_size: int = knob(2000, POSITIVE)  # pairs, when test_split is null
+    # Valid/test from another dataset or config (null = path, config_name): e.g. FLORES. A config with
+    # {lang} holds one language each (FLORES-style), joined on join_column, its text in text_column;
+    # {lang} is the language's config (flores_codes, else nmt.data.sources.hub.FLORES_CODES).
+    valid_path: str | None = None
+    valid_config: str | None = None
+    valid_revision: str | None = None  # null: revision for path's own splits, else main
+    test_path: str | None = None
+    test_config: str | None = None
+    test_revision: str | None = None
+    join_column: str = "id"
+    text_column: str = "text"
+    flores_codes: dict[str, str] = field(default_factory=dict)  # language -> config, e.g. {de: deu_Latn}
 
 
 @dataclass

@@ -12,7 +12,7 @@ from nmt.data.corpus import (
     read_text,
     text_path,
 )
-from nmt.data.sources import SPLITS, load_source, read_lines
+from nmt.data.sources import SPLITS, describe_source, load_source, pin_source, read_lines
 
 __all__ = [
     "SPLITS",
@@ -21,6 +21,8 @@ __all__ = [
     "PreparedData",
     "TokenBatchSampler",
     "clean_pairs",
+    "describe_source",
+    "pin_source",
     "clipped_lengths",
     "collate",
     "drop_words",

@@ -42,7 +42,7 @@ import numpy as np
 from nmt.cache import atomic_dir, config_dict, hash_key
 from nmt.config import DataConfig, TokenizerConfig
 from nmt.data.clean import REASONS, clean_chunk, log_dropped
-from nmt.data.sources import SPLITS, local_files, read_lines, resolve_source, source_chunks
+from nmt.data.sources import SPLITS, cache_key, read_lines, removes_held_out, resolve_source, source_chunks
 from nmt.data.writers import EncodedWriter, PlainTextWriter, TrainTextWriter
 from nmt.devices import usable_cores
 from nmt.errors import NMTError
@@ -199,27 +199,16 @@ def data_workers(cfg: DataConfig) -> int:
 
 
 def _text_settings(cfg: DataConfig, version: int = TEXT_VERSION) -> dict:
-    """Everything that changes the cleaned text; not the direction, nor where the cache lives, nor how
-    many processes make it."""
+    """Everything that changes the cleaned text (the source's rule: :func:`nmt.data.sources.cache_key`);
+    not the direction, nor where the cache lives, nor how many processes make it."""
     settings = config_dict(cfg)
     for key in ("name", "cache_dir", "src_lang", "tgt_lang", "workers"):
         settings.pop(key, None)
     settings["langs"] = sorted([cfg.src_lang, cfg.tgt_lang])
     settings["text_version"] = version
-    if cfg.source == "hf":  # how long to wait for the hub changes nothing; the commit read is the key
-        settings.pop("hub_timeout_s"), settings.pop("hub_retries")
-        if cfg.data_files:
-            settings.pop("revision")
-    if cfg.source == "multi30k":  # pinned by digests, wherever the files are found
-        settings.pop("dir"), settings.pop("url")
-    if cfg.source == "local":
-        settings.pop("origin"), settings.pop("hub_fallback_pairs")  # said or used only without the files
-        settings["dir"] = str(Path(cfg.dir).resolve())
-        # Sorted by name: local_files lists them in the direction's order, the key must not follow it.
-        settings["files"] = sorted(
-            [p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in local_files(cfg) if p.is_file()
-        )
-    return settings
+    if removes_held_out(cfg):  # a corpus prepared before this was done is not the same text
+        settings["held_out_removed"] = True
+    return cache_key(cfg, settings)
 
 
 def _prepare_text(cfg: DataConfig, progress: bool) -> Path:
@@ -240,23 +229,28 @@ def _prepare_text(cfg: DataConfig, progress: bool) -> Path:
     langs = tuple(sorted([cfg.src_lang, cfg.tgt_lang]))
     meta: dict = {"config": _text_settings(cfg), "pairs": {}, "dropped": {}}
     with atomic_dir(root) as tmp:
-        for split in SPLITS:
+        # valid and test pairs, kept out of training (None: the source's splits may share pairs)
+        held_out: set[tuple[str, str]] | None = set() if removes_held_out(cfg) else None
+        for split in ("valid", "test", "train"):  # held-out pairs first
             meta["pairs"][split], meta["dropped"][split], chunks = _write_split(
-                cfg, split, langs, tmp, progress
+                cfg, split, langs, tmp, progress, held_out
             )
             if split == "train":
                 meta["train_chunks"] = chunks
+        meta["pairs"] = {split: meta["pairs"][split] for split in SPLITS}
+        meta["dropped"] = {split: meta["dropped"][split] for split in SPLITS}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return root
 
 
 def _write_split(
-    cfg: DataConfig, split: str, langs: tuple[str, str], folder: Path, progress: bool
+    cfg: DataConfig, split: str, langs: tuple[str, str], folder: Path, progress: bool, held_out: set | None
 ) -> tuple[int, dict[str, int], dict]:
     """Clean the split's chunks as they are read and write them: (kept pairs, dropped per reason,
-    the gzip members of the training text)."""
+    the gzip members of the training text). Valid and test pairs are added to ``held_out``; training
+    pairs found there are dropped (reason ``in_valid_test``), whatever the source."""
     train = split == "train"
-    dropped = dict.fromkeys(REASONS, 0)
+    dropped = dict.fromkeys(REASONS + (("in_valid_test",) if train and held_out is not None else ()), 0)
     writer = TrainTextWriter(folder, langs) if train else PlainTextWriter(folder, split, langs)
     order = (cfg.src_lang, cfg.tgt_lang)
     with (
@@ -265,6 +259,14 @@ def _write_split(
     ):
         for src, tgt in source_chunks(cfg, split):
             kept_src, kept_tgt, chunk_dropped = clean_chunk(src, tgt, cfg.clean, train)
+            if held_out is None:
+                pass
+            elif not train:
+                held_out.update(zip(kept_src, kept_tgt))
+            elif held_out:
+                kept = [pair for pair in zip(kept_src, kept_tgt) if pair not in held_out]
+                chunk_dropped["in_valid_test"] = len(kept_src) - len(kept)
+                kept_src, kept_tgt = [a for a, _ in kept], [b for _, b in kept]
             writer.add(dict(zip(order, (kept_src, kept_tgt))))
             for reason, n in chunk_dropped.items():
                 dropped[reason] += n

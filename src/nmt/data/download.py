@@ -1,10 +1,11 @@
 """Multi30k's official files: found in a local copy, in the download cache, or fetched once.
 
-The files are the multi30k/dataset repository's raw task-1 text at one commit, gzip'd. Each is checked
-against the SHA-256 of its gunzipped text, pinned below, wherever it comes from, so a local copy, the
-cache and a fresh download are the same corpus (and share one prepared cache). The download is
-written to a temporary folder and renamed when all six files have passed: an interrupted or corrupt
-download leaves nothing that looks complete.
+The files are the multi30k/dataset repository's raw task-1 text at one commit, gzip'd: English and its
+German, French and Czech translations. Each is checked against the SHA-256 of its gunzipped text,
+pinned below, wherever it comes from, so a local copy, the cache and a fresh download are the same
+corpus (and share one prepared cache). The download is written to a temporary folder and renamed when
+all six files of the pair have passed: an interrupted or corrupt download leaves nothing that looks
+complete.
 
 ``data.url`` is an http(s) URL or a local folder (a path, or ``file:///path``) holding the gzip'd
 files. A URL with credentials (``https://user:token@host/``) is refused before anything is fetched:
@@ -34,16 +35,35 @@ from nmt.errors import NMTError, hide_credentials
 log = logging.getLogger(__name__)
 
 MULTI30K_COMMIT = "a3d2e0d26b56"
-# Our file name -> (the file's name in the repository, without .gz; SHA-256 of its text).
-MULTI30K_FILES = {
-    "train.en": ("train.en", "460a15fbd157e34a7a9957ee388c1ca247fe47af3ef25fb50442af6c274e0fc6"),
-    "train.de": ("train.de", "2c2b73fd2b548fbcde3a875e0a78d6ee94d498bfdee6bd3eae3945779e9ddf72"),
-    "valid.en": ("val.en", "1f2a23d992769b5b3d209b0a10dd0b77c08cceb1f20dfb97ed0aafa49d107227"),
-    "valid.de": ("val.de", "660e09eb7e1da2f856ea13ee5ad3cf6d36b3d5b0b733c857e94c5747a3dfc660"),
-    "test.en": ("test_2016_flickr.en", "399a4382932c1aadd3ceb9bef1008d388a64c76d4ae4e9d4728c6f4301cac182"),
-    "test.de": ("test_2016_flickr.de", "4be6b5b3236b79c25475c6bb829800a7ce559e9ba7a1f6c2394fe4d40be46d16"),
+# The repository's file (without .gz) -> SHA-256 of its text.
+DIGESTS = {
+    "train.en": "460a15fbd157e34a7a9957ee388c1ca247fe47af3ef25fb50442af6c274e0fc6",
+    "train.de": "2c2b73fd2b548fbcde3a875e0a78d6ee94d498bfdee6bd3eae3945779e9ddf72",
+    "train.fr": "5925a3c18f1587b6b54b87743106e6e8ab93618edb6f65d19eac0621f853a10d",
+    "train.cs": "2be68b38c8d586ff4f54eb13cc6e1baaaa053695b3f070d3038303a47f2268da",
+    "val.en": "1f2a23d992769b5b3d209b0a10dd0b77c08cceb1f20dfb97ed0aafa49d107227",
+    "val.de": "660e09eb7e1da2f856ea13ee5ad3cf6d36b3d5b0b733c857e94c5747a3dfc660",
+    "val.fr": "5304e444d842e962b2dda4d816b70b22a1765b15401642b7ca37a67477e708dc",
+    "val.cs": "d53827e469b0a1ca8d57e9e26b2b64c4bc4b33f5479c7b03ae87ae5c882c3e33",
+    "test_2016_flickr.en": "399a4382932c1aadd3ceb9bef1008d388a64c76d4ae4e9d4728c6f4301cac182",
+    "test_2016_flickr.de": "4be6b5b3236b79c25475c6bb829800a7ce559e9ba7a1f6c2394fe4d40be46d16",
+    "test_2016_flickr.fr": "cb3160d69b002bb638e66cc7612fcd56cb0af82eadc9c142dedc438afb885ef6",
+    "test_2016_flickr.cs": "45adb85f688de8407fddcbe1b36dca15d12aab868149b337e2576f2d6d2ff8d8",
 }
-LANGS = ("en", "de")
+SPLIT_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # ours -> the repository's
+TRANSLATIONS = ("de", "fr", "cs")  # of the English captions
+
+
+def multi30k_files(langs: tuple[str, str] | list[str] = ("en", "de")) -> dict[str, tuple[str, str]]:
+    """Our file name -> (the repository's file without .gz, SHA-256 of its text), for a pair."""
+    return {
+        f"{ours}.{lang}": (f"{theirs}.{lang}", DIGESTS[f"{theirs}.{lang}"])
+        for ours, theirs in SPLIT_FILES.items()
+        for lang in sorted(langs, key=lambda code: code != "en")
+    }
+
+
+MULTI30K_FILES = multi30k_files()  # English-German, the default pair
 TIMEOUT_S = 60  # per connection attempt and read: a stalled server fails instead of hanging
 DEADLINE_S = 600  # per file, checked at every read: a server that trickles bytes fails too
 MAX_BYTES = 16 << 20  # of a file, gzip'd or not: the largest Multi30k text is 2.1 MB (a bomb stops here)
@@ -54,26 +74,22 @@ OTHER_TEXT_HINT = (
 
 
 def multi30k_dir(cfg: Multi30kDataConfig, progress: bool = False) -> Path:
-    """The folder holding the six checked files: ``data.dir``, else the download cache, else a new
-    download into the cache (needs the internet once, unless ``data.url`` is a local folder)."""
-    if {cfg.src_lang, cfg.tgt_lang} != set(LANGS):
-        raise NMTError(
-            f"data=multi30k has languages en and de, got data.src_lang={cfg.src_lang!r}, "
-            f"data.tgt_lang={cfg.tgt_lang!r}"
-        )
+    """The folder holding the pair's six checked files: ``data.dir``, else the download cache, else a
+    new download into the cache (needs the internet once, unless ``data.url`` is a local folder)."""
+    files = multi30k_files(check_pair(cfg))
     mirror = _mirror(cfg.url)
     local = Path(cfg.dir)
-    if all((local / name).is_file() for name in MULTI30K_FILES):
-        for name in MULTI30K_FILES:
+    if all((local / name).is_file() for name in files):
+        for name in files:
             _check(local / name, (local / name).read_bytes(), name, OTHER_TEXT_HINT)
         return local
     cache = download_cache(cfg)
     if cache.is_dir():
-        _check_cache(cache)
+        _check_cache(cache, files)
         return cache
     log.info("Multi30k is not in data.dir=%s: downloading it from %s into %s", cfg.dir, cfg.url, cache)
     with atomic_dir(cache) as tmp:
-        for name, (remote, _) in MULTI30K_FILES.items():
+        for name, (remote, _) in files.items():
             if isinstance(mirror, Path):
                 where: Path | str = mirror / f"{remote}.gz"
                 body = _read_local(where)
@@ -84,8 +100,22 @@ def multi30k_dir(cfg: Multi30kDataConfig, progress: bool = False) -> Path:
     return cache
 
 
+def check_pair(cfg: Multi30kDataConfig) -> tuple[str, str]:
+    """English and one of its translations, either way round."""
+    pair = (cfg.src_lang, cfg.tgt_lang)
+    if "en" not in pair or not set(pair) - {"en"} <= set(TRANSLATIONS) or len(set(pair)) != 2:
+        raise NMTError(
+            f"data=multi30k pairs English with one of {', '.join(TRANSLATIONS)}, got "
+            f"data.src_lang={cfg.src_lang!r}, data.tgt_lang={cfg.tgt_lang!r}"
+        )
+    return pair
+
+
 def download_cache(cfg: Multi30kDataConfig) -> Path:
-    return Path(cfg.cache_dir) / "downloads" / f"multi30k-{MULTI30K_COMMIT}"
+    """One folder per pair (English-German's, the first, is named without its pair)."""
+    other = next(lang for lang in check_pair(cfg) if lang != "en")
+    pair = "" if other == "de" else f"-en-{other}"
+    return Path(cfg.cache_dir) / "downloads" / f"multi30k-{MULTI30K_COMMIT}{pair}"
 
 
 def _mirror(url: str) -> str | Path:
@@ -106,15 +136,15 @@ def _mirror(url: str) -> str | Path:
         return Path(url)
     raise NMTError(
         f"data.url={url}: expected an http:// or https:// URL, or a local folder (a path or file:///path) "
-        "holding {train,val,test_2016_flickr}.{en,de}.gz"
+        "holding {train,val,test_2016_flickr}.{en,de,fr,cs}.gz"
     )
 
 
-def _check_cache(cache: Path) -> None:
+def _check_cache(cache: Path, files: dict[str, tuple[str, str]]) -> None:
     """The six files of the download cache, checked as data.dir's are: a folder filled by hand, cut
     short or holding another version is refused, naming the file."""
     again = f"; delete {cache} to download Multi30k again"
-    for name in MULTI30K_FILES:
+    for name in files:
         path = cache / name
         if not path.is_file():
             raise NMTError(f"{path}: missing from the download cache{again}")
@@ -180,7 +210,7 @@ def _read_local(path: Path) -> bytes:
     except OSError as e:
         raise NMTError(
             f"{path}: cannot read it ({e.strerror or e}); data.url={path.parent} must hold "
-            "{train,val,test_2016_flickr}.{en,de}.gz"
+            "{train,val,test_2016_flickr}.{en,de,fr,cs}.gz"
         ) from None
     if len(body) > MAX_BYTES:
         raise NMTError(f"{path}: more than {MAX_BYTES >> 20} MB, far more than any Multi30k file")
@@ -189,11 +219,12 @@ def _read_local(path: Path) -> bytes:
 
 def _offline_message(cfg: Multi30kDataConfig, cache: Path, url: str, error: Exception) -> str:
     reason = getattr(error, "reason", None) or error
+    langs = ",".join(sorted(check_pair(cfg), key=lambda code: code != "en"))
     return hide_credentials(
         f"Multi30k is in neither data.dir={cfg.dir} nor {cache}, and {url} could not be fetched "
         f"({type(error).__name__}: {reason}): download "
-        f"{cfg.url}/{{train,val,test_2016_flickr}}.{{en,de}}.gz, gunzip them into {cache}/ "
-        "as {train,valid,test}.{en,de}, or point data.dir=... at a folder "
+        f"{cfg.url}/{{train,val,test_2016_flickr}}.{{{langs}}}.gz, gunzip them into {cache}/ "
+        f"as {{train,valid,test}}.{{{langs}}}, or point data.dir=... at a folder "
         "holding those six files"
     )
 
@@ -217,7 +248,8 @@ def _gunzip(url: str, data: bytes) -> bytes:
 def _check(where: Path | str, text: bytes, name: str, hint: str) -> bytes:
     """``text`` when its SHA-256 is the one pinned for ``name``; else one line naming both digests, then
     ``hint`` (what to do)."""
-    got, want = hashlib.sha256(text).hexdigest(), MULTI30K_FILES[name][1]
+    split, lang = name.split(".")
+    got, want = hashlib.sha256(text).hexdigest(), DIGESTS[f"{SPLIT_FILES[split]}.{lang}"]
     if got != want:
         raise NMTError(f"{where}: SHA-256 {got} does not match Multi30k's {name}, {want}{hint}")
     return text

@@ -15,7 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from nmt import checkpoint as ckpt_io
 from nmt.config import TrainConfig, check_train_config, with_absolute_folders
-from nmt.data import PreparedData, TokenBatchSampler, clipped_lengths, prepare_corpus
+from nmt.data import PreparedData, TokenBatchSampler, clipped_lengths, pin_source, prepare_corpus
 from nmt.devices import resolve_precision, select_device
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, build_model, count_parameters
@@ -71,7 +71,8 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     """Device, process group, seeds, data, model, optimizer, sampler; restored from a checkpoint
     when ``trainer.resume`` says so."""
     check_train_config(cfg)
-    cfg = replace(cfg, data=with_absolute_folders(cfg.data))  # as the checkpoints store it
+    # as the checkpoints store it: folders absolute, a hub branch as the commit read
+    cfg = replace(cfg, data=pin_source(with_absolute_folders(cfg.data)))
     ckpt_dir = run_dir / "checkpoints"
     resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
     state = resumable(resume_from) if resume_from is not None else None  # before any data or model work

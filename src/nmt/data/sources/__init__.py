@@ -1,0 +1,96 @@
+"""Where parallel text comes from: one module per source kind, and the registry that picks one by
+``data.source``.
+
+Every source gives the same shape: per split (train/valid/test), chunks of ``(source lines, target
+lines)`` in the direction's order (:func:`source_chunks`), so the rest of the pipeline does not care
+where the text came from, and a corpus of millions of pairs is never held whole. Each source module
+owns its reader (``read``), what of its settings keys the prepared cache (``cache_key``), what it
+actually reads (``resolve``: a hub branch pinned to its commit, a missing folder's fallback), the
+config a checkpoint records (``pin``), a line for reports (``describe``), and its checks and messages.
+Its schema (``SCHEMA``) lives with the other settings in :mod:`nmt.config`, which is checked before any
+data module is imported. A new source is one module and one line in :data:`SOURCES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+
+from nmt.config import DataConfig
+from nmt.data.sources import hub, local, multi30k, toy
+from nmt.data.sources.common import SPLITS, Chunk, RawCorpus
+from nmt.data.sources.local import local_files, read_lines, read_parallel, read_parallel_chunks
+from nmt.data.sources.toy import make_toy
+
+# The sources, by the data.source choices (nmt.config.DataConfig; checked at start).
+SOURCES: dict[str, ModuleType] = {"hf": hub, "local": local, "multi30k": multi30k, "toy": toy}
+
+
+def source_of(cfg: DataConfig) -> ModuleType:
+    return SOURCES[cfg.source]
+
+
+def resolve_source(cfg: DataConfig) -> DataConfig:
+    """The config actually read (see each source's ``resolve``); may differ in kind from ``cfg``."""
+    return source_of(cfg).resolve(cfg)
+
+
+def pin_source(cfg: DataConfig) -> DataConfig:
+    """``cfg`` naming the exact data it reads (a hub branch as its commit): what checkpoints record."""
+    return source_of(cfg).pin(cfg)
+
+
+def describe_source(cfg: DataConfig) -> str:
+    """The data read, in a line: for reports."""
+    return source_of(cfg).describe(cfg)
+
+
+def removes_held_out(cfg: DataConfig) -> bool:
+    """Whether training pairs that are also valid or test pairs are removed from training."""
+    return source_of(cfg).REMOVE_HELD_OUT
+
+
+def source_chunks(cfg: DataConfig, split: str) -> Iterator[Chunk]:
+    """The raw pairs of ``split`` in chunks, as the (resolved) source reads them."""
+    cfg = resolve_source(cfg)
+    return source_of(cfg).read(cfg, split)
+
+
+def cache_key(cfg: DataConfig, settings: dict) -> dict:
+    """``settings`` (the resolved config as a dict) less what does not change the text read, plus what
+    does that the config does not say (a local file's size and time), by the source's rule."""
+    return source_of(cfg).cache_key(cfg, settings)
+
+
+def load_source(cfg: DataConfig) -> RawCorpus:
+    """Raw parallel text of every split, whole: for small corpora (the pipeline streams chunks)."""
+    cfg = resolve_source(cfg)
+    corpus: RawCorpus = {}
+    for split in SPLITS:
+        src: list[str] = []
+        tgt: list[str] = []
+        for a, b in source_chunks(cfg, split):
+            src += a
+            tgt += b
+        corpus[split] = {cfg.src_lang: src, cfg.tgt_lang: tgt}
+    return corpus
+
+
+__all__ = [
+    "SOURCES",
+    "SPLITS",
+    "Chunk",
+    "RawCorpus",
+    "cache_key",
+    "describe_source",
+    "pin_source",
+    "load_source",
+    "local_files",
+    "make_toy",
+    "read_lines",
+    "removes_held_out",
+    "read_parallel",
+    "read_parallel_chunks",
+    "resolve_source",
+    "source_chunks",
+]
