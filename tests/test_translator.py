@@ -34,7 +34,7 @@ from nmt.ct2.backend import CT2Backend
 from nmt.decoding import Hypothesis, translate_ids
 from nmt.errors import NMTError
 from nmt.models.ensemble import Ensemble
-from nmt.shortlist import build_shortlist
+from nmt.shortlist_builder import build_shortlist
 from nmt.tokenizer import train_tokenizer
 from nmt.translator import Translator
 
