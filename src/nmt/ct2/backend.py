@@ -14,14 +14,14 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
 from nmt.ct2.format import file_digest, read_export_info, require_ctranslate2
-from nmt.decoding import Hypothesis, batch_source_tokens, hypothesis
+from nmt.decoding import Backend, Hypothesis, batch_source_tokens, hypothesis
 from nmt.decoding.common import budget_for_source
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, PAD_ID
@@ -29,26 +29,6 @@ from nmt.tokenizer import Tokenizer
 
 # Scoring on a CPU: at most this many log-probabilities (fp32, 16 MiB) per batch (CT2Backend.score_ids).
 SCORE_BATCH_FLOATS = 2**22
-
-
-class ModelSearch(Protocol):
-    """What :class:`CT2Backend` asks of backend=torch over the same model (``reference``)."""
-
-    def translate_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        cfg: DecodingConfig,
-        progress: bool = False,
-        prefixes: Sequence[Sequence[int]] | None = None,
-    ) -> list[list[Hypothesis]]: ...
-
-    def score_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        targets: Sequence[Sequence[int]],
-        max_tokens: int,
-        shortlist: str | None,
-    ) -> list[list[float]]: ...
 
 
 def ct2_length_penalty(alpha: float, length: int) -> float:
@@ -76,7 +56,7 @@ def thread_layout(inter: int, intra: int, cores: int) -> tuple[int, int]:
     return cores, 1
 
 
-class CT2Backend:
+class CT2Backend(Backend):
     """A CTranslate2 translator over an exported model directory, fed and answering in our token ids."""
 
     name = "ct2"  # the backend's name (nmt.backends)
@@ -90,7 +70,7 @@ class CT2Backend:
         intra_threads: int = 0,
         compute_type: str = "default",
         weights: str | None = None,
-        reference: ModelSearch | None = None,
+        reference: Backend | None = None,
     ):
         """``inter_threads`` translations at a time, each on ``intra_threads`` threads; 0: chosen for the
         cores torch may use (:func:`thread_layout`). ``weights``: the digest of the checkpoint's weights
@@ -210,7 +190,7 @@ class CT2Backend:
                 out[i] = hyps
         return out
 
-    def _reference(self, what: str) -> ModelSearch:
+    def _reference(self, what: str) -> Backend:
         if self.reference is None:
             raise NMTError(
                 f"backend=ct2: {what} needs the PyTorch model beside CTranslate2 (nmt.backends.load_backend)"
