@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from nmt.attention_maps import CrossAttention, cross_attention
 from nmt.checkpoint import weights_digest
-from nmt.config import DecodingConfig, check_choice
+from nmt.config import DecodingConfig, InferenceConfig, check_choice, choices_of
 from nmt.ct2.backend import CT2Backend
 from nmt.decoding import (
     Backend,
@@ -38,7 +38,7 @@ from nmt.models import Seq2Seq
 from nmt.shortlist import Shortlist, load_shortlist
 from nmt.tokenizer import Tokenizer
 
-BACKENDS = ("torch", "ct2")  # the backend= choices (nmt.config.InferenceConfig; checked at start)
+BACKENDS = choices_of(InferenceConfig, "backend")
 
 
 class TorchBackend(Backend):

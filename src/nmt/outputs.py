@@ -129,4 +129,3 @@ def _remove_abandoned(output: Path) -> None:
         pid = tmp.name[len(prefix) :].split("-", 1)[0]
         if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
-
