@@ -72,7 +72,7 @@ def test_toy_experiment_selects_toy_data_and_a_small_vocabulary(compose_cfg):
         ("decoding.nbest=6", "decoding.nbest=6 exceeds decoding.beam_size=5"),
         ("decoding.no_repeat_ngram=-1", "decoding.no_repeat_ngram=-1: must be >= 0"),
         ("decoding.max_len_a=-0.5", "decoding.max_len_a=-0.5: must be >= 0"),
-        ("final.alphas=[0.6,-1.0]", "final.alphas=[0.6, -1.0]: must all be >= 0"),
+        ("final.alphas=[0.6,-1.0]", "final.alphas=[0.6, -1.0]: must each be >= 0"),
         ("optim.label_smoothing=1.0", "optim.label_smoothing=1.0: must be in [0, 1)"),
         ("model.dropout=-0.1", "model.dropout=-0.1: must be in [0, 1)"),
         ("model.heads=0", "model.heads=0: must be > 0"),

@@ -28,6 +28,8 @@ POSITIVE: Rule = (lambda v: v > 0, "must be > 0")
 NON_NEGATIVE: Rule = (lambda v: v >= 0, "must be >= 0")
 PROBABILITY: Rule = (lambda v: 0 <= v < 1, "must be in [0, 1)")
 SHARE: Rule = (lambda v: 0 < v <= 1, "must be in (0, 1]")
+EACH_POSITIVE: Rule = (lambda v: all(x > 0 for x in v), "must each be > 0")
+EACH_NON_NEGATIVE: Rule = (lambda v: all(x >= 0 for x in v), "must each be >= 0")
 
 
 def one_of(choices: tuple[str, ...]) -> str:

@@ -8,7 +8,15 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from nmt.config.knobs import NON_NEGATIVE, POSITIVE, knob, overrides_of, section
+from nmt.config.knobs import (
+    EACH_NON_NEGATIVE,
+    EACH_POSITIVE,
+    NON_NEGATIVE,
+    POSITIVE,
+    knob,
+    overrides_of,
+    section,
+)
 from nmt.config.train import PRECISIONS, DataConfig, DecodingConfig, TokenizerConfig
 from nmt.errors import NMTError
 from nmt.metrics import METRICS
@@ -50,12 +58,13 @@ class InferenceConfig:
     ct2_model: str | None = knob(None, help="directory written by scripts/export_ct2.py from this checkpoint")
     ct2_inter_threads: int = knob(
         0,
+        NON_NEGATIVE,
         help=(
             "backend=ct2: translations decoded at a time x threads each; 0 = auto (one one-thread "
             "translation per core torch may use, measured fastest: docs/ctranslate2.md)"
         ),
     )
-    ct2_intra_threads: int = 0
+    ct2_intra_threads: int = knob(0, NON_NEGATIVE)
     alignment_layer: int | None = knob(
         None,
         help=(
@@ -98,6 +107,7 @@ class DecodeScriptConfig(InferenceConfig):
 
     workers: int = knob(
         1,
+        POSITIVE,
         help=(
             "backend=torch on a CPU: decode in this many single-threaded processes (each loads the "
             "model), faster than one process of as many threads (docs/speed.md); 1 = here, on torch's "
@@ -345,8 +355,10 @@ class BenchConfig:
         True, help="... and of a plain torch.nn.Transformer step on the same batches (A B A B)"
     )
     decode: bool = knob(True, help="greedy and beam search, cached and uncached")
-    warmup_steps: int = knob(5, help="training steps run before measuring (allocator, autotuning, compile)")
-    steps: int = knob(20, help="measured training steps per model; medians are reported")
+    warmup_steps: int = knob(
+        5, NON_NEGATIVE, help="training steps run before measuring (allocator, autotuning, compile)"
+    )
+    steps: int = knob(20, POSITIVE, help="measured training steps per model; medians are reported")
     precisions: list[str] = knob(
         [], choices=PRECISIONS, help="also time these, e.g. [fp32,bf16], same batches"
     )
@@ -389,7 +401,7 @@ class CT2SpeedConfig(SplitConfig):
 
     sentences: int = knob(0, help="the split's first sentences; 0 = all")
     layouts: list[str] = knob(["1x2", "2x1", "1x1"], help="inter x intra threads")
-    repeats: int = knob(5, help="each layout and variant, taking turns")
+    repeats: int = knob(5, POSITIVE, help="each layout and variant, taking turns")
     output: str = "ct2_speed.json"
 
 
@@ -431,8 +443,8 @@ class DecodersSpeedConfig(SplitConfig):
     cores, side by side on a split's sentences (docs/speed.md)."""
 
     sentences: int = knob(0, help="the split's first sentences; 0 = all")
-    repeats: int = knob(3, help="every row, taking turns")
-    torch_threads: list[int] = knob([1, 2], help="PyTorch rows: intra-op threads")
+    repeats: int = knob(3, POSITIVE, help="every row, taking turns")
+    torch_threads: list[int] = knob([1, 2], EACH_POSITIVE, help="PyTorch rows: intra-op threads")
     torch_processes: int = knob(2, help="a PyTorch row of this many single-threaded processes; < 2 = none")
     ct2_layouts: list[str] = knob(["1x2", "2x1", "1x1"], help="CTranslate2 direct")
     shortlist: str | None = knob(None, help="a shortlist file: the PyTorch rows again with it")
@@ -460,7 +472,9 @@ class SelectConfig:
 
     run_dir: str = MISSING
     candidates: list[str] = knob(["best.pt", "averaged.pt"], help="in checkpoints/")
-    alphas: list[float] = knob([], help="length penalties to try; [] = the run's final.alphas")
+    alphas: list[float] = knob(
+        [], EACH_NON_NEGATIVE, help="length penalties to try; [] = the run's final.alphas"
+    )
     split: str = "valid"
     output: str = knob("final.pt", help="written into checkpoints/")
     device: str = "auto"
@@ -551,9 +565,11 @@ class ShortlistConfig:
         None, help="whose training split the statistics come from; None = the model's"
     )
     k: int = knob(
-        10, help="likeliest target subwords per source subword beyond the frequent ones (docs/decoding.md)"
+        10,
+        NON_NEGATIVE,
+        help="likeliest target subwords per source subword beyond the frequent ones (docs/decoding.md)",
     )
-    frequent: int = knob(100, help="most frequent target subwords, always candidates")
+    frequent: int = knob(100, NON_NEGATIVE, help="most frequent target subwords, always candidates")
     output: str | None = knob(None, help="default: shortlist.k{k}.n{frequent}.json beside the checkpoint")
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING, OmegaConf
 
 from nmt.config.knobs import (
+    EACH_NON_NEGATIVE,
     NON_NEGATIVE,
     POSITIVE,
     PROBABILITY,
@@ -415,7 +416,7 @@ class FinalConfig:
 
     alphas: list[float] = knob(
         [],
-        (lambda v: all(a >= 0 for a in v), "must all be >= 0"),
+        EACH_NON_NEGATIVE,
         help="length penalties tried on valid; [] = decoding.alpha",
     )
 
