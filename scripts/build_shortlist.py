@@ -9,7 +9,7 @@ model as its vocabulary map). Prints how much of the validation references the s
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
-from nmt.shortlist import shortlist_for_checkpoint
+from nmt.shortlist_builder import shortlist_for_checkpoint
 
 
 @script_main("build_shortlist")

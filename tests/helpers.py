@@ -15,7 +15,7 @@ import random
 import sentencepiece as spm
 import torch
 
-from nmt.config import RNNSearchConfig, TransformerConfig
+from nmt.config import RNNSearchConfig, TransformerConfig, knobs_of
 from nmt.decoding import pad_batch
 from nmt.models import Seq2Seq, Transformer, build_model
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -97,3 +97,8 @@ def random_model(cfg: TransformerConfig, tokenizer, seed: int = 0) -> Transforme
             elif isinstance(module, torch.nn.Linear) and module.bias is not None:
                 module.bias.normal_(0.0, 0.2)
     return model.eval()
+
+
+def knob_rules(config: type) -> dict:
+    """The rule of each setting of ``config`` that has one (its knob's, inherited ones included)."""
+    return {name: meta["rule"] for name, meta in knobs_of(config).items()}

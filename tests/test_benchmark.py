@@ -14,7 +14,7 @@ import torch
 
 from nmt.benchmark import ReferenceTransformer, format_report, run_benchmark, transformer_flops
 from nmt.benchmark.decoders import run_decoders_speed
-from nmt.config import DecodersSpeedConfig, TransformerConfig
+from nmt.config import DecodersSpeedConfig, TransformerConfig, check_values
 from nmt.data import Batch
 from nmt.errors import NMTError
 from nmt.models import Transformer, count_parameters, kv_cache_bytes
@@ -130,11 +130,22 @@ def test_the_benchmark_script_without_the_reference(tmp_path: Path):
     [
         ({"ct2_model": None}, "ct2_model=DIR is required"),
         ({"ct2_vmap_model": "m"}, "ct2_vmap_model needs shortlist=FILE"),
-        ({"repeats": 0}, "repeats=0: must be >= 1"),
-        ({"torch_threads": [1, 0]}, r"torch_threads=\[1, 0\]: each must be >= 1"),
     ],
 )
 def test_decoders_benchmark_refuses_bad_settings_before_loading_anything(settings, message):
     cfg = DecodersSpeedConfig(**{"checkpoint": "missing.pt", "ct2_model": "missing-ct2", **settings})
     with pytest.raises(NMTError, match=message):
         run_decoders_speed(cfg)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"repeats": 0}, "repeats=0: must be > 0"),
+        ({"torch_threads": [1, 0]}, r"torch_threads=\[1, 0\]: must each be > 0"),
+    ],
+)
+def test_the_decoders_benchmarks_settings_follow_their_rules_at_start(settings, message):
+    cfg = DecodersSpeedConfig(**{"checkpoint": "missing.pt", "ct2_model": "missing-ct2", **settings})
+    with pytest.raises(NMTError, match=message):
+        check_values(cfg)

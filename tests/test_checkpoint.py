@@ -70,6 +70,14 @@ def test_atomic_save_round_trip(tmp_path):
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["last.pt"]
 
 
+def test_a_checkpoint_is_as_readable_as_any_new_file(tmp_path):
+    """Not mkstemp's 0600: a group-shared outputs/ lets the group read its checkpoints."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    atomic_save(checkpoint(tiny()), tmp_path / "last.pt")
+    assert oct((tmp_path / "last.pt").stat().st_mode & 0o777) == oct(0o666 & ~umask)
+
+
 @pytest.mark.parametrize("crash", [OSError("No space left on device"), KeyboardInterrupt()])
 def test_a_crash_while_writing_keeps_the_previous_file(tmp_path, monkeypatch, crash):
     path = tmp_path / "last.pt"

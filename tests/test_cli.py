@@ -8,7 +8,7 @@ import pytest
 
 from nmt import commands
 from nmt.cli import _leaves, check_overrides, script_help
-from nmt.config import DecodingOverrides, TrainerConfig, TranslateConfig, field_comments
+from nmt.config import DecodingOverrides, ModelConfig, TrainerConfig, TranslateConfig, field_help
 from nmt.errors import NMTError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,15 +177,15 @@ def test_every_script_refuses_a_bad_value_before_any_work_in_one_line(tmp_path, 
     assert not (tmp_path / "data").exists() and not (tmp_path / "run" / "checkpoints").exists()
 
 
-def test_field_comments_are_the_dataclass_comments():
-    trainer = field_comments(TrainerConfig)
-    assert trainer["max_steps"] == "optimizer updates; 0 = no limit"
-    # a comment block above the field, joined
-    assert trainer["precision"].startswith('"auto" | "fp32" | "bf16" | "fp16"; auto = bf16')
-    assert trainer["precision"].endswith("whichever a timed probe finds faster")
-    assert "compile" not in trainer  # no comment, no description
-    assert field_comments(TranslateConfig)["checkpoint"].startswith("a path, or a list of paths")  # inherited
-    assert field_comments(DecodingOverrides)["alpha"].startswith("GNMT length penalty")  # DecodingConfig's
+def test_a_settings_help_line_is_its_knobs_help_then_its_choices_or_rule():
+    trainer = field_help(TrainerConfig)
+    assert trainer["max_steps"].startswith("optimizer updates; 0 = no limit")
+    assert trainer["precision"].startswith("auto = bf16")
+    assert trainer["precision"].endswith("; one of: auto, fp32, bf16, fp16")  # the knob's choices
+    assert field_help(ModelConfig)["dropout"] == "must be in [0, 1)"  # a rule and no help
+    assert "compile" not in trainer  # no help, no rule: no description
+    assert field_help(TranslateConfig)["checkpoint"].startswith("a path, or a list of paths")  # inherited
+    assert field_help(DecodingOverrides)["alpha"].startswith("GNMT length penalty")  # DecodingConfig's
 
 
 def test_help_lists_only_the_scripts_own_keys_with_their_descriptions():

@@ -1,6 +1,5 @@
 """Config composition: typos and wrong types fail at composition time, naming the key."""
 
-import dataclasses
 import pickle
 import re
 import typing
@@ -8,38 +7,26 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import pytest
+from helpers import knob_rules
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from nmt import config
-from nmt.attention_maps import HEAD_MODES
-from nmt.backends import BACKENDS
 from nmt.cli import _missing_keys
 from nmt.config import (
-    DATA_SCHEMAS,
-    HIGHER_IS_BETTER,
-    MODEL_SCHEMAS,
     NON_NEGATIVE,
     DecodingConfig,
     DecodingOverrides,
     check_decoding,
     check_train_config,
     check_values,
+    choices_of,
+    keyed_by_choices,
     knob,
-    knob_rules,
-    knobs_of,
     overrides_of,
 )
-from nmt.ct2.export import QUANTIZATIONS
-from nmt.data.sources import SOURCES
 from nmt.devices import DTYPES
 from nmt.errors import NMTError
-from nmt.metrics import METRICS
-from nmt.models import ARCHS
-from nmt.models.attention import ATTENTION
-from nmt.models.transformer import POSITIONALS
-from nmt.scoring import FORMATS
-from nmt.training.schedule import SCHEDULES
 from nmt.training.setup import OPTIMIZERS, set_up
 from nmt.training.validation import is_better
 from nmt.translator import merge_decoding
@@ -85,7 +72,7 @@ def test_toy_experiment_selects_toy_data_and_a_small_vocabulary(compose_cfg):
         ("decoding.nbest=6", "decoding.nbest=6 exceeds decoding.beam_size=5"),
         ("decoding.no_repeat_ngram=-1", "decoding.no_repeat_ngram=-1: must be >= 0"),
         ("decoding.max_len_a=-0.5", "decoding.max_len_a=-0.5: must be >= 0"),
-        ("final.alphas=[0.6,-1.0]", "final.alphas=[0.6, -1.0]: must all be >= 0"),
+        ("final.alphas=[0.6,-1.0]", "final.alphas=[0.6, -1.0]: must each be >= 0"),
         ("optim.label_smoothing=1.0", "optim.label_smoothing=1.0: must be in [0, 1)"),
         ("model.dropout=-0.1", "model.dropout=-0.1: must be in [0, 1)"),
         ("model.heads=0", "model.heads=0: must be > 0"),
@@ -124,54 +111,14 @@ def test_model_and_optimizer_values_are_refused_before_any_data_is_read(
     assert not (tmp_path / "run").exists()
 
 
-# Each implementation registry, by the setting whose choices name its entries.
-REGISTRIES = [
-    ("data.source", DATA_SCHEMAS),
-    ("data.source", SOURCES),
-    ("model.arch", ARCHS),
-    ("model.arch", MODEL_SCHEMAS),
-    ("model.positional", POSITIONALS),
-    ("model.self_attention", ATTENTION),
-    ("model.cross_attention", ATTENTION),
-    ("optim.name", OPTIMIZERS),
-    ("optim.schedule", SCHEDULES),
-    ("trainer.precision", ["auto", *DTYPES]),
-    ("bench.precisions", ["auto", *DTYPES]),
-    ("trainer.best_metric", HIGHER_IS_BETTER),
-    ("backend", BACKENDS),
-    ("format", FORMATS),
-    ("eval.metrics", METRICS),
-    ("heads", HEAD_MODES),
-    ("quantization", QUANTIZATIONS),
-    ("bench.ct2_quantizations", QUANTIZATIONS),
-]
-LIBRARY_CHOICES = {"tokenizer.model_type"}  # choices that are a library's names (SentencePiece's), not ours
-
-
-def choice_settings() -> dict[str, set[tuple[str, ...]]]:
-    """Every setting with choices, in any schema (``model.arch``, ``backend``, ...), and its choices."""
-    sections = {config.DataConfig: "data.", config.ModelConfig: "model.", config.OptimConfig: "optim."}
-    sections |= {config.TokenizerConfig: "tokenizer.", config.TrainerConfig: "trainer."}
-    sections |= {config.BenchConfig: "bench.", config.EvalFilesConfig: "eval."}
-    found: dict[str, set[tuple[str, ...]]] = {}
-    for schema in vars(config).values():
-        if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
-            continue
-        section = next((prefix for base, prefix in sections.items() if issubclass(schema, base)), "")
-        for name, meta in knobs_of(schema).items():
-            if meta["choices"]:
-                found.setdefault(section + name, set()).add(meta["choices"])
-    return found
-
-
-def test_every_registry_is_keyed_by_its_settings_choices():
-    """Adding a kind to an implementation without its choice beside the setting, or a choice without its
-    implementation, fails here; so does a choice-valued setting whose registry is not listed."""
-    settings = choice_settings()
-    assert set(settings) == {key for key, _ in REGISTRIES} | LIBRARY_CHOICES
-    for key, registry in REGISTRIES:
-        for choices in settings[key]:  # backend: translate's and distill's
-            assert list(choices) == list(registry), key
+def test_a_registry_that_differs_from_its_settings_choices_fails_where_it_is_defined():
+    """A kind added to an implementation registry without its choice beside the setting, or a choice
+    without its implementation, fails at import of the registry's module, naming both lists."""
+    with pytest.raises(TypeError, match="OptimConfig.schedule offers inverse_sqrt, constant, linear, its"):
+        keyed_by_choices(config.OptimConfig, "schedule", {"inverse_sqrt": 0, "constant": 0})
+    with pytest.raises(TypeError, match="holds fp32, bf16, fp16, fp8"):
+        keyed_by_choices(config.TrainerConfig, "precision", {**DTYPES, "fp8": 0}, besides=("auto",))
+    assert keyed_by_choices(config.OptimConfig, "name", OPTIMIZERS) is OPTIMIZERS
 
 
 @pytest.mark.parametrize(
@@ -195,7 +142,10 @@ def test_a_bad_choice_fails_before_any_data_in_the_one_format(override, compose_
     key, value = override.split("=")
     with pytest.raises(NMTError) as e:
         set_up(cfg, tmp_path / "run")
-    choices = next(iter(choice_settings()[key]))
+    section, name = key.split(".")
+    schema = {"data": config.DataConfig, "model": config.TransformerConfig, "optim": config.OptimConfig}
+    schema |= {"trainer": config.TrainerConfig, "tokenizer": config.TokenizerConfig}
+    choices = choices_of(schema[section], name)
     assert str(e.value).startswith(f"{key}={value}: must be one of {', '.join(choices)}")
     assert re.search(r"; did you mean \w+\?$", str(e.value))
     assert not (tmp_path / "run").exists()

@@ -40,6 +40,7 @@ def test_the_package_keeps_its_layers():
         ("training/loss.py", "import nmt.translator", "nmt.training.loss -> nmt.translator"),
         ("models/base.py", "import nmt.decoding", "nmt.models.base -> nmt.decoding"),
         ("serve/batcher.py", "import nmt.models", "nmt.serve.batcher -> nmt.models"),
+        ("decoding/beam.py", "import nmt.data", "nmt.decoding.beam -> nmt.data"),
     ],
 )
 def test_a_wrong_import_fails_naming_both_modules(tmp_path, module, wrong_import, contract):

@@ -8,6 +8,7 @@ import typing
 from dataclasses import dataclass, fields, replace
 
 import pytest
+from helpers import knob_rules
 
 from nmt.config import (
     NON_NEGATIVE,
@@ -17,7 +18,6 @@ from nmt.config import (
     ServerLimits,
     check_decoding,
     knob,
-    knob_rules,
 )
 from nmt.errors import NMTError
 from nmt.serve.requests import SERVER_SIDE, BadRequest, parse_request, parse_score, request_model

@@ -26,14 +26,8 @@ from nmt.config import (
 )
 from nmt.data import prepare_text, read_text, text_path
 from nmt.errors import NMTError
-from nmt.shortlist import (
-    _count,
-    build_shortlist,
-    coverage,
-    load_shortlist,
-    shortlist_for_checkpoint,
-    write_vmap,
-)
+from nmt.shortlist import coverage, load_shortlist, write_vmap
+from nmt.shortlist_builder import _count, build_shortlist, shortlist_for_checkpoint
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.tokenizer import Tokenizer, train_tokenizer
 

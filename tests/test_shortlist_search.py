@@ -26,7 +26,8 @@ from nmt.models.base import OutputVocab
 from nmt.models.ensemble import Ensemble
 from nmt.serve.requests import TranslateRequest
 from nmt.serve.work import ScoreSettings, translate_batch
-from nmt.shortlist import SPECIALS, Shortlist, build_shortlist
+from nmt.shortlist import SPECIALS, Shortlist
+from nmt.shortlist_builder import build_shortlist
 from nmt.special import BOS_ID, EOS_ID, PAD_ID
 from nmt.translator import Translator
 

@@ -32,10 +32,10 @@ from nmt.config import (
     to_container,
 )
 from nmt.ct2.backend import CT2Backend
-from nmt.decoding import Hypothesis, translate_ids
+from nmt.decoding import Backend, Hypothesis, translate_ids
 from nmt.errors import NMTError
 from nmt.models.ensemble import Ensemble
-from nmt.shortlist import build_shortlist
+from nmt.shortlist_builder import build_shortlist
 from nmt.tokenizer import train_tokenizer
 from nmt.translator import Translator
 
@@ -133,9 +133,15 @@ def test_the_torch_backend_is_our_search_over_the_model(translator):
     assert translator.search(ids, DECODING) == expected
 
 
-def test_backends_share_one_interface():
-    assert (TorchBackend.name, CT2Backend.name) == BACKENDS
-    assert inspect.signature(TorchBackend.translate_ids) == inspect.signature(CT2Backend.translate_ids)
+@pytest.mark.parametrize("implementation", [TorchBackend, ProcessesBackend, CT2Backend])
+def test_every_backend_implements_the_one_interface(implementation):
+    """Each method of the protocol is the implementation's own (not the protocol's empty body), with
+    the protocol's signature."""
+    assert Backend in implementation.__mro__ and implementation.name in BACKENDS
+    for method in ("translate_ids", "score_ids", "check_shortlist"):
+        own = getattr(implementation, method)
+        assert own is not getattr(Backend, method), f"{implementation.__name__}.{method} is not implemented"
+        assert inspect.signature(own) == inspect.signature(getattr(Backend, method))
 
 
 def test_any_backend_plugs_in_and_sees_only_the_non_empty_sources(translator):

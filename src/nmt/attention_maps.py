@@ -14,14 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nmt.config import check_choice
+from nmt.config import PlotAttentionConfig, check_choice, choices_of
 from nmt.decoding import pad_batch
 from nmt.errors import NMTError
 from nmt.models.base import Seq2Seq
 from nmt.special import BOS_ID
 from nmt.tokenizer import Tokenizer
 
-HEAD_MODES = ("mean", "all")  # the heads= choices (nmt.config.PlotAttentionConfig)
+HEAD_MODES = choices_of(PlotAttentionConfig, "heads")
 
 
 @dataclass

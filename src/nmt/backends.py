@@ -15,16 +15,23 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from nmt.attention_maps import CrossAttention, cross_attention
 from nmt.checkpoint import weights_digest
-from nmt.config import DecodingConfig, check_choice
+from nmt.config import DecodingConfig, InferenceConfig, check_choice, choices_of
 from nmt.ct2.backend import CT2Backend
-from nmt.decoding import Hypothesis, batch_source_tokens, length_sorted_batches, score_ids, translate_ids
+from nmt.decoding import (
+    Backend,
+    Hypothesis,
+    batch_source_tokens,
+    length_sorted_batches,
+    score_ids,
+    translate_ids,
+)
 from nmt.devices import usable_cores
 from nmt.errors import NMTError
 from nmt.loading import LoadedModels, load_models
@@ -32,44 +39,10 @@ from nmt.models import Seq2Seq
 from nmt.shortlist import Shortlist, load_shortlist
 from nmt.tokenizer import Tokenizer
 
-BACKENDS = ("torch", "ct2")  # the backend= choices (nmt.config.InferenceConfig; checked at start)
+BACKENDS = choices_of(InferenceConfig, "backend")
 
 
-class Backend(Protocol):
-    """What the Translator needs of a backend."""
-
-    name: str  # one of BACKENDS: in reports, hypothesis file names and the service's answers
-
-    def translate_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        cfg: DecodingConfig,
-        progress: bool = False,
-        prefixes: Sequence[Sequence[int]] | None = None,
-    ) -> list[list[Hypothesis]]:
-        """The ``cfg.nbest`` best hypotheses of each source, best first, each starting with its
-        source's target prefix when ``prefixes`` are given (lists of target ids, possibly empty)."""
-        ...
-
-    def check_shortlist(self, path: str | None) -> None:
-        """Refuse, before anything is decoded, a ``decoding.shortlist`` this backend cannot decode over."""
-        ...
-
-    def score_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        targets: Sequence[Sequence[int]],
-        max_tokens: int,
-        shortlist: str | None,
-    ) -> list[list[float]]:
-        """Teacher-forced log-probabilities of each target token and of the EOS that follows, in batches
-        of up to ``max_tokens`` tokens, normalised as the search normalises: over the whole vocabulary,
-        or with ``shortlist`` (``decoding.shortlist``) over each sentence's candidates and the target's
-        own tokens (:mod:`nmt.decoding.forced`)."""
-        ...
-
-
-class TorchBackend:
+class TorchBackend(Backend):
     """Our greedy or beam search over the PyTorch model (or an ensemble of models); it also gives the
     cross-attention behind a translation, which CTranslate2 does not."""
 

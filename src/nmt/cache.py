@@ -9,11 +9,11 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -88,17 +88,19 @@ _UMASK = os.umask(0o022)  # read once, at import: os.umask can only be read by s
 os.umask(_UMASK)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, fsync, then rename it over ``path``: a file
-    that exists is complete, so a resumed job can trust every file it finds. The temporary file is
-    made by ``mkstemp`` (a new name, opened with O_EXCL): a file or symlink planted at a predictable
-    name is never written through."""
+def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """The one atomic write of the package (prepared data, checkpoints, shortlists, reports): ``write``
+    fills a temporary file beside ``path``, which is fsynced and renamed over ``path``, so a file that
+    exists is complete and a resumed job can trust every file it finds. The temporary file is made by
+    ``mkstemp`` (a new name, opened with O_EXCL): a file or symlink planted at a predictable name is never
+    written through. Its mode is what ``open`` would give (0666 less the umask), on purpose: mkstemp's
+    0600 would hide a group-shared cache's or ``outputs/``'s files from the others."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide a shared cache's files from others
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        os.fchmod(fd, 0o666 & ~_UMASK)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -110,3 +112,8 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.fsync(dir_fd)  # the rename itself survives a crash
     finally:
         os.close(dir_fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`atomic_write` of ``text`` in UTF-8."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))

@@ -7,11 +7,9 @@ A checkpoint is a dict of tensors and plain Python values (see :func:`make_check
 from __future__ import annotations
 
 import hashlib
-import os
 import pickle
 import random
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from typing import Any
 import torch
 from omegaconf.errors import OmegaConfBaseException
 
+from nmt.cache import atomic_write
 from nmt.config import TrainConfig, to_train_config
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, build_model
@@ -46,26 +45,10 @@ def _as_tuple(x: Any) -> Any:
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over ``path``.
-
-    A crash at any point leaves either the old file or the new one, never a torn one.
-    """
+    """``torch.save`` through :func:`nmt.cache.atomic_write`: a crash at any point leaves either the old
+    checkpoint or the new one, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

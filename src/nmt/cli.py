@@ -28,7 +28,7 @@ from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
-from nmt.config import check_values, field_comments, register_configs
+from nmt.config import check_values, field_help, register_configs
 from nmt.errors import NMTError, hide_credentials
 
 # The configs live beside src/ in the source tree (an editable install, as scripts/setup.sh makes, or
@@ -236,7 +236,7 @@ def _leaves(node: DictConfig, prefix: str = "") -> Iterator[tuple[str, DictConfi
 
 def script_help(config_name: str, overrides: list[str], doc: str | None) -> str:
     """The script's usage, its config groups with their options, and each of its keys with its default and
-    description (the dataclass field's comment in nmt.config)."""
+    description, choices or rule (its knob in nmt.config)."""
     groups, _ = _split(overrides)
     try:
         cfg = _compose(config_name, [g.input_line for g in groups if not g.is_sweep_override()])
@@ -258,7 +258,7 @@ def script_help(config_name: str, overrides: list[str], doc: str | None) -> str:
         if isinstance(value, ListConfig) and not value._is_none():
             shown = "[" + ", ".join(map(str, OmegaConf.to_container(value, resolve=False))) + "]"
         schema = OmegaConf.get_type(holder)
-        comment = field_comments(schema).get(name)
+        comment = field_help(schema).get(name)
         if hasattr(schema, "__overrides_of__"):  # decoding.*: null keeps the checkpoint's (tuned) value
             comment = "; ".join(filter(None, ["null = the checkpoint's", comment]))
         lines.append(f"  {key}: {shown}" + (f"  # {comment}" if comment else ""))

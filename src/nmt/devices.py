@@ -26,11 +26,18 @@ from typing import Any
 import torch
 
 from nmt.cache import atomic_write_text
+from nmt.config import TrainerConfig, keyed_by_choices
 from nmt.errors import NMTError
 
 log = logging.getLogger(__name__)
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# The trainer.precision choices but auto, which resolve_precision turns into one of them.
+DTYPES = keyed_by_choices(
+    TrainerConfig,
+    "precision",
+    {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16},
+    besides=("auto",),
+)
 # What the CPU's bf16 is, for PyTorch: AMX tiles, AVX-512 BF16 dot products only, or emulated ("").
 AMX, AVX512_BF16 = "amx", "avx512_bf16"
 

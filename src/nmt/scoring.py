@@ -25,8 +25,6 @@ from nmt.devices import select_device
 from nmt.evaluation import evaluation_text
 from nmt.translator import ScoredTranslation, Translator, WordAlignment
 
-FORMATS = ("tsv", "json")  # the format= choices (nmt.config.ScoreConfig; checked at start)
-
 
 @dataclass
 class ScoreRun:

@@ -80,12 +80,6 @@ class Tokenizer:
     def encode_tgt(self, texts: list[str]) -> list[list[int]]:
         return _encode(self._tgt, texts)
 
-    def sample_src(self, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
-        return _sample(self._src, texts, alpha, seed)
-
-    def sample_tgt(self, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
-        return _sample(self._tgt, texts, alpha, seed)
-
     def decode_src(self, ids: list[list[int]]) -> list[str]:
         return [self._src.decode(_strip_specials(seq)) for seq in ids]
 
@@ -123,15 +117,6 @@ class Tokenizer:
 
 def _encode(sp: spm.SentencePieceProcessor, texts: list[str]) -> list[list[int]]:
     return sp.encode(list(texts), out_type=int, num_threads=_threads())
-
-
-def _sample(sp: spm.SentencePieceProcessor, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
-    """One sampled segmentation per text (subword regularisation), reproducible from ``seed``: on one
-    thread, as SentencePiece's threads would draw from the generator in no fixed order."""
-    spm.set_random_generator_seed(seed)
-    return sp.encode(
-        list(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1
-    )
 
 
 def _strip_specials(ids: list[int]) -> list[int]:

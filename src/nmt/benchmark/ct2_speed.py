@@ -262,8 +262,6 @@ def run_ct2_speed(cfg: CT2SpeedConfig) -> dict[str, Any]:
     decoding settings, the split's (non-empty) sentences, the machine and the kernel caps in force."""
     if not cfg.ct2_model:
         raise NMTError("ct2_model=DIR is required: the directory scripts/export_ct2.py wrote")
-    if cfg.repeats < 1:
-        raise NMTError(f"repeats={cfg.repeats}: must be >= 1")
     layouts = [parse_layout(layout) for layout in cfg.layouts]
     cpu = torch.device("cpu")
     translator = Translator.from_checkpoint(cfg.checkpoint, cpu)

@@ -106,10 +106,6 @@ def run_decoders_speed(cfg: DecodersSpeedConfig) -> dict[str, Any]:
         raise NMTError("ct2_model=DIR is required: the directory scripts/export_ct2.py wrote (no shortlist)")
     if cfg.ct2_vmap_model and not cfg.shortlist:
         raise NMTError("ct2_vmap_model needs shortlist=FILE, the shortlist it was exported with")
-    if cfg.repeats < 1:
-        raise NMTError(f"repeats={cfg.repeats}: must be >= 1")
-    if any(threads < 1 for threads in cfg.torch_threads):
-        raise NMTError(f"torch_threads={list(cfg.torch_threads)}: each must be >= 1")
     cpu = torch.device("cpu")
     translator = Translator.from_checkpoint(cfg.checkpoint, cpu)
     lines, refs, name = evaluation_text(cfg, translator.cfg)

@@ -1,5 +1,6 @@
-"""The knob: a setting that declares its default, the rule its values follow or its choices, and its
-description (its comment); the checks of those rules, and the ``--help`` text taken from the comments.
+"""The knob: a setting that declares everything about itself in one place: its default, its description
+(``help``), the rule its values follow or its choices; the checks of those rules, and the ``--help`` line
+made from them.
 
 The bottom of nmt.config: it knows no schema. A schema whose settings must also fit together declares
 that check with ``@fits_together(Schema)``.
@@ -10,13 +11,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import inspect
-import io
 import re
-import textwrap
-import tokenize
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import Any, TypeVar
 
@@ -37,6 +34,8 @@ DEVICE: Rule = (
     lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None,
     "must be auto, cpu, cuda, cuda:N (the GPU of index N) or mps",
 )
+EACH_POSITIVE: Rule = (lambda v: all(x > 0 for x in v), "must each be > 0")
+EACH_NON_NEGATIVE: Rule = (lambda v: all(x >= 0 for x in v), "must each be >= 0")
 
 
 def one_of(choices: tuple[str, ...]) -> str:
@@ -47,22 +46,29 @@ def one_of(choices: tuple[str, ...]) -> str:
 def knob(
     default: Any = MISSING,
     rule: Rule | None = None,
+    *,
+    help: str = "",
     choices: tuple[str, ...] | None = None,
     speed_only: bool = False,
 ) -> Any:
-    """A setting that declares what it accepts: its default (a list is copied for each config), the rule
-    its values follow or the choices it takes (the names its implementation's registry is keyed by; a
-    list's items each), checked at start by check_values; and, for a decoding option, whether it changes
-    only the speed, never the translation (the service keeps such options to itself). Its description
-    is its comment."""
+    """A setting that declares what it accepts: its default (a list or dict is copied for each config), what
+    it does (``help``, shown by every script's ``--help``), the rule its values follow or the choices it
+    takes (the names its implementation's registry is keyed by; a list's items each), checked at start by
+    check_values; and, for a decoding option, whether it changes only the speed, never the translation
+    (the service keeps such options to itself)."""
     if choices is not None and isinstance(default, list):
         rule = (lambda v: all(x in choices for x in v), f"must each be one of {', '.join(choices)}")
     elif choices is not None:
         rule = (lambda v: v in choices, one_of(choices))
-    metadata = {"rule": rule, "choices": choices, "speed_only": speed_only}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=metadata)
+    metadata = {"rule": rule, "choices": choices, "speed_only": speed_only, "help": help}
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def section(schema: type, help: str = "") -> Any:
+    """A nested section of settings (a dataclass, made anew for each config), with what it holds."""
+    return field(default_factory=schema, metadata={"help": help})
 
 
 # --------------------------------------------------------------------------------- value checks
@@ -84,9 +90,24 @@ def required_fields(config: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields if f.default == MISSING and f.default_factory is dataclasses.MISSING)
 
 
-def knob_rules(config: type) -> dict[str, Rule]:
-    """The rule of each setting of ``config`` that has one."""
-    return {name: meta["rule"] for name, meta in knobs_of(config).items()}
+def choices_of(schema: type, name: str) -> tuple[str, ...]:
+    """The choices the setting ``name`` of ``schema`` declares: what its implementations are keyed by."""
+    return knobs_of(schema)[name]["choices"]
+
+
+M = TypeVar("M", bound=Mapping)
+
+
+def keyed_by_choices(schema: type, name: str, entries: M, besides: tuple[str, ...] = ()) -> M:
+    """``entries`` (a kind's name -> its implementation), checked where it is defined against the choices
+    of the setting that names them (but ``besides``, choices handled before the registry is read), so
+    that a kind added to one and not the other fails at import."""
+    choices = choices_of(schema, name)
+    if set(entries) != set(choices) - set(besides):
+        raise TypeError(
+            f"{schema.__name__}.{name} offers {', '.join(choices)}, its registry holds {', '.join(entries)}"
+        )
+    return entries
 
 
 Fits = Callable[[Any, str], None]
@@ -156,31 +177,26 @@ def overrides_of(config: type, name: str, doc: str, module: str | None = None) -
     ]
     overrides = dataclasses.make_dataclass(name, fields)
     overrides.__module__, overrides.__doc__ = module or config.__module__, doc
-    overrides.__overrides_of__ = config  # where field_comments finds the fields' comments
+    overrides.__overrides_of__ = config  # where field_help finds the fields' descriptions
     return overrides
 
 
 @functools.cache
-def field_comments(config: type) -> dict[str, str]:
-    """Each field's comment in the dataclass source (trailing, or the block of comment lines right above
-    it), inherited ones included: the one place the scripts' ``--help`` takes its descriptions from."""
-    comments: dict[str, str] = {}
+def field_help(config: type) -> dict[str, str]:
+    """Each setting's ``--help`` line: its knob's help, then its choices or rule. A subclass that only
+    changes a default keeps what its base declares; ``overrides_of`` copies keep their field's."""
+    helps: dict[str, str] = {}
+    rules: dict[str, str] = {}
     for cls in reversed(getattr(config, "__overrides_of__", config).__mro__):
         if not dataclasses.is_dataclass(cls):
             continue
-        names = {f.name for f in dataclasses.fields(cls)}
-        lines = textwrap.dedent(inspect.getsource(cls)).splitlines(keepends=True)
-        above: list[str] = []
-        for token in tokenize.generate_tokens(io.StringIO("".join(lines)).readline):
-            if token.type == tokenize.COMMENT and token.line.strip().startswith("#"):
-                above.append(token.string.lstrip("# ").strip())
-            elif token.type == tokenize.NAME and token.start[1] == 4 and token.string in names:
-                line = lines[token.start[0] - 1]
-                trailing = line.split("  # ", 1)[1].strip() if "  # " in line else ""
-                text = " ".join([*above, trailing]).strip()
-                if text:
-                    comments[token.string] = text
-                above = []
-            elif token.type not in (tokenize.NL, tokenize.COMMENT):
-                above = [] if token.type == tokenize.NEWLINE else above
-    return comments
+        for f in dataclasses.fields(cls):
+            rule, choices = f.metadata.get("rule"), f.metadata.get("choices")
+            if f.metadata.get("help"):
+                helps[f.name] = f.metadata["help"]
+            if choices or rule:
+                rules[f.name] = f"one of: {', '.join(choices)}" if choices else rule[1]
+    return {
+        name: "; ".join(filter(None, [helps.get(name, "").rstrip("."), rules.get(name, "")]))
+        for name in helps.keys() | rules.keys()
+    }

@@ -11,12 +11,14 @@ from omegaconf import MISSING, OmegaConf
 
 from nmt.config.knobs import (
     DEVICE,
+    EACH_NON_NEGATIVE,
     NON_NEGATIVE,
     POSITIVE,
     PROBABILITY,
     SHARE,
     check_values,
     fits_together,
+    keyed_by_choices,
     knob,
 )
 from nmt.errors import NMTError
@@ -30,19 +32,24 @@ class CleanConfig:
 
     min_words: int = 1
     max_words: int = knob(200, POSITIVE)
-    max_ratio: float = 3.0  # longer side / shorter side, in whitespace words
+    max_ratio: float = knob(3.0, help="longer side / shorter side, in whitespace words")
 
 
 @dataclass
 class DataConfig:
-    source: str = knob(choices=("hf", "local", "multi30k", "toy"))  # "hf" | "local" | "multi30k" | "toy"
-    name: str = MISSING  # prepared corpus goes to {cache_dir}/{name}/
+    source: str = knob(
+        choices=("hf", "local", "multi30k", "toy"), help="where the corpus comes from (a data source)"
+    )
+    name: str = knob(MISSING, help="prepared corpus goes to {cache_dir}/{name}/")
     cache_dir: str = "data"
     src_lang: str = "en"
     tgt_lang: str = "de"
     clean: CleanConfig = field(default_factory=CleanConfig)
-    # processes that encode the training text when it is prepared; 0 = one per CPU core
-    workers: int = knob(0, NON_NEGATIVE)
+    workers: int = knob(
+        0,
+        NON_NEGATIVE,
+        help="processes that encode the training text when it is prepared; 0 = one per CPU core",
+    )
 
 
 @dataclass
@@ -54,41 +61,54 @@ class HFDataConfig(DataConfig):
 
     source: str = "hf"
     name: str = "hf-${data.config_name}"
-    path: str = MISSING  # the dataset on the hub, e.g. wmt/wmt16
-    config_name: str = "default"  # its config (subset), e.g. ro-en
-    # A commit, branch or tag: a branch ("main") is resolved to its commit once, logged; the prepared
-    # corpus, the checkpoints and the test report name the commit. No parquet there: the hub's parquet
-    # conversion (refs/convert/parquet) is read instead.
-    revision: str = "main"
-    # seconds a hub request may wait for an answer before it fails
-    hub_timeout_s: float = knob(30.0, POSITIVE)
-    # seconds a whole hub request may take, however its server trickles the bytes
-    hub_deadline_s: float = knob(600.0, POSITIVE)
-    # tries again after a failed or stalled hub request (after 1, 2, 4 s)
-    hub_retries: int = knob(3, NON_NEGATIVE)
-    data_files: str | None = None  # local parquet/json instead of the hub (tests, mirrors)
-    train_size: int = 200_000  # pairs drawn from all of the training split; more than it has = all
-    seed: int = 1  # of the training subset (and of valid/test drawn from it)
-    # Two flat text columns instead of a `translation` struct; null = the language codes
-    src_column: str | None = None
+    path: str = knob(MISSING, help="the dataset on the hub, e.g. wmt/wmt16")
+    config_name: str = knob("default", help="its config (subset), e.g. ro-en")
+    revision: str = knob(
+        "main",
+        help=(
+            'A commit, branch or tag: a branch ("main") is resolved to its commit once, logged; the '
+            "prepared corpus, the checkpoints and the test report name the commit. No parquet there: the "
+            "hub's parquet conversion (refs/convert/parquet) is read instead."
+        ),
+    )
+    hub_timeout_s: float = knob(
+        30.0, POSITIVE, help="seconds a hub request may wait for an answer before it fails"
+    )
+    hub_deadline_s: float = knob(
+        600.0, POSITIVE, help="seconds a whole hub request may take, however its server trickles the bytes"
+    )
+    hub_retries: int = knob(
+        3, NON_NEGATIVE, help="tries again after a failed or stalled hub request (after 1, 2, 4 s)"
+    )
+    data_files: str | None = knob(None, help="local parquet/json instead of the hub (tests, mirrors)")
+    train_size: int = knob(200_000, help="pairs drawn from all of the training split; more than it has = all")
+    seed: int = knob(1, help="of the training subset (and of valid/test drawn from it)")
+    src_column: str | None = knob(
+        None, help="Two flat text columns instead of a `translation` struct; null = the language codes"
+    )
     tgt_column: str | None = None
     train_split: str = "train"
-    valid_split: str | None = "validation"  # null = valid_size pairs drawn from training
-    test_split: str | None = "test"  # null = test_size pairs drawn from training
-    valid_size: int = knob(2000, POSITIVE)  # pairs, when valid_split is null
-    test_size: int = knob(2000, POSITIVE)  # pairs, when test_split is null
-    # Valid/test from another dataset or config (null = path, config_name): e.g. FLORES. A config with
-    # {lang} holds one language each (FLORES-style), joined on join_column, its text in text_column;
-    # {lang} is the language's config (flores_codes, else nmt.data.sources.hub.FLORES_CODES).
-    valid_path: str | None = None
+    valid_split: str | None = knob("validation", help="null = valid_size pairs drawn from training")
+    test_split: str | None = knob("test", help="null = test_size pairs drawn from training")
+    valid_size: int = knob(2000, POSITIVE, help="pairs, when valid_split is null")
+    test_size: int = knob(2000, POSITIVE, help="pairs, when test_split is null")
+    valid_path: str | None = knob(
+        None,
+        help=(
+            "Valid/test from another dataset or config (null = path, config_name): e.g. FLORES. A config "
+            "with {lang} holds one language each (FLORES-style), joined on join_column, its text in "
+            "text_column; {lang} is the language's config (flores_codes, else "
+            "nmt.data.sources.hub.FLORES_CODES)."
+        ),
+    )
     valid_config: str | None = None
-    valid_revision: str | None = None  # null: revision for path's own splits, else main
+    valid_revision: str | None = knob(None, help="null: revision for path's own splits, else main")
     test_path: str | None = None
     test_config: str | None = None
     test_revision: str | None = None
     join_column: str = "id"
     text_column: str = "text"
-    flores_codes: dict[str, str] = field(default_factory=dict)  # language -> config, e.g. {de: deu_Latn}
+    flores_codes: dict[str, str] = knob({}, help="language -> config, e.g. {de: deu_Latn}")
 
 
 @dataclass
@@ -98,11 +118,17 @@ class LocalDataConfig(DataConfig):
     source: str = "local"
     name: str = "${basename:${data.dir}}"
     dir: str = MISSING
-    extra_train: list[str] = field(default_factory=list)  # prefixes, e.g. ["extra-newstest2008-2012"]
-    origin: str = ""  # where the files come from: said in the error when data.dir lacks them
-    # When data.dir lacks its files: this many training pairs drawn from WMT14 on the Hugging Face hub
-    # instead (data=wmt14_de_en's source, with newstest2013/2014 as valid/test), logged; 0 = no fallback.
-    hub_fallback_pairs: int = knob(0, NON_NEGATIVE)
+    extra_train: list[str] = knob([], help='prefixes, e.g. ["extra-newstest2008-2012"]')
+    origin: str = knob("", help="where the files come from: said in the error when data.dir lacks them")
+    hub_fallback_pairs: int = knob(
+        0,
+        NON_NEGATIVE,
+        help=(
+            "When data.dir lacks its files: this many training pairs drawn from WMT14 on the Hugging Face"
+            " hub instead (data=wmt14_de_en's source, with newstest2013/2014 as valid/test), logged; 0 = "
+            "no fallback."
+        ),
+    )
 
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw"
@@ -117,9 +143,14 @@ class Multi30kDataConfig(DataConfig):
 
     source: str = "multi30k"
     name: str = "multi30k-de-en"
-    dir: str = "../shared/data/multi30k-de-en"  # a local copy: {train,valid,test}.{en,de}
-    # Folder of {train,val,test_2016_flickr}.{en,de}.gz: an http(s) URL (no user:password@) or a local path
-    url: str = MULTI30K_URL
+    dir: str = knob("../shared/data/multi30k-de-en", help="a local copy: {train,valid,test}.{en,de}")
+    url: str = knob(
+        MULTI30K_URL,
+        help=(
+            "Folder of {train,val,test_2016_flickr}.{en,de}.gz: an http(s) URL (no user:password@) or a "
+            "local path"
+        ),
+    )
 
 
 @dataclass
@@ -137,9 +168,13 @@ class ToyDataConfig(DataConfig):
     min_len: int = 3
     max_len: int = 10
     seed: int = 1234
-    # the reordering rule: swap adjacent word pairs after the lexicon mapping; false = word for word
-    # (a related task, e.g. to fine-tune a model of the swapping one)
-    swap_pairs: bool = True
+    swap_pairs: bool = knob(
+        True,
+        help=(
+            "the reordering rule: swap adjacent word pairs after the lexicon mapping; false = word for "
+            "word (a related task, e.g. to fine-tune a model of the swapping one)"
+        ),
+    )
 
 
 # ----------------------------------------------------------------------------------------- tokenizer
@@ -147,17 +182,22 @@ class ToyDataConfig(DataConfig):
 
 @dataclass
 class TokenizerConfig:
-    joint: bool = True  # one SentencePiece model for both languages (enables tied embeddings)
-    model_type: str = knob("bpe", choices=("bpe", "unigram"))  # "bpe" | "unigram"
+    joint: bool = knob(True, help="one SentencePiece model for both languages (enables tied embeddings)")
+    model_type: str = knob("bpe", choices=("bpe", "unigram"), help="SentencePiece's segmentation algorithm")
     vocab_size: int = knob(8000, POSITIVE)
-    character_coverage: float = knob(1.0, SHARE)  # share of the characters SentencePiece covers
-    input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) for training
+    character_coverage: float = knob(1.0, SHARE, help="share of the characters SentencePiece covers")
+    input_sentence_size: int = knob(2_000_000, help="sentences sampled (shuffled) for training")
     seed: int = 42
-    # Subword regularisation (Kudo 2018; BPE-dropout, Provilkov et al. 2020): the training split is also
-    # segmented `sampled_copies` times with SentencePiece's sampling, and epoch e trains on copy
-    # e % sampled_copies. bpe: alpha is the probability of dropping a merge; unigram: the smoothing
-    # exponent. 0 = off. Valid, test and inference always use the one best segmentation.
-    sampling_alpha: float = knob(0.0, NON_NEGATIVE)
+    sampling_alpha: float = knob(
+        0.0,
+        NON_NEGATIVE,
+        help=(
+            "Subword regularisation (Kudo 2018; BPE-dropout, Provilkov et al. 2020): the training split "
+            "is also segmented `sampled_copies` times with SentencePiece's sampling, and epoch e trains "
+            "on copy e % sampled_copies. bpe: alpha is the probability of dropping a merge; unigram: the "
+            "smoothing exponent. 0 = off. Valid, test and inference always use the one best segmentation."
+        ),
+    )
     sampled_copies: int = knob(8, POSITIVE)
 
 
@@ -168,8 +208,11 @@ class TokenizerConfig:
 class ModelConfig:
     arch: str = knob(choices=("transformer", "rnnsearch"))
     dropout: float = knob(0.1, PROBABILITY)
-    # longest source/target (subwords); longer input is truncated
-    max_positions: int = knob(1024, (lambda v: v >= 2, "must be >= 2 (one token plus EOS)"))
+    max_positions: int = knob(
+        1024,
+        (lambda v: v >= 2, "must be >= 2 (one token plus EOS)"),
+        help="longest source/target (subwords); longer input is truncated",
+    )
 
 
 ATTENTION_KINDS = ("dot_product", "additive")  # model.self_attention and model.cross_attention
@@ -181,22 +224,29 @@ class TransformerConfig(ModelConfig):
     d_model: int = knob(512, POSITIVE)
     ff_dim: int = knob(2048, POSITIVE)
     heads: int = knob(8, POSITIVE)
-    # key/value heads (grouped-query attention; 1 = multi-query); 0 = as many as heads
-    kv_heads: int = knob(0, NON_NEGATIVE)
+    kv_heads: int = knob(
+        0,
+        NON_NEGATIVE,
+        help="key/value heads (grouped-query attention; 1 = multi-query); 0 = as many as heads",
+    )
     encoder_layers: int = knob(6, POSITIVE)
     decoder_layers: int = knob(6, POSITIVE)
     attention_dropout: float = knob(0.0, PROBABILITY)
     activation_dropout: float = knob(0.0, PROBABILITY)
-    norm_first: bool = True  # pre-norm; False = post-norm as in the paper
-    # "sinusoidal" | "learned" | "rope" (rotary, in self-attention)
-    positional: str = knob("sinusoidal", choices=("sinusoidal", "learned", "rope"))
-    rope_base: float = 10000.0  # RoPE wavelengths: base^(2i/head_dim) * 2pi
-    share_embeddings: bool = True  # tie source/target/output embeddings (needs a joint vocabulary)
-    self_attention: str = knob("dot_product", choices=ATTENTION_KINDS)  # "dot_product" | "additive"
-    cross_attention: str = knob("dot_product", choices=ATTENTION_KINDS)  # "dot_product" | "additive"
-    # hidden size of additive scores per head; 0 = head dimension
-    additive_dim: int = knob(0, NON_NEGATIVE)
-    additive_chunk: int = knob(64, POSITIVE)  # target positions scored at once by additive attention
+    norm_first: bool = knob(True, help="pre-norm; False = post-norm as in the paper")
+    positional: str = knob(
+        "sinusoidal",
+        choices=("sinusoidal", "learned", "rope"),
+        help="position encoding (rope: rotary, in self-attention)",
+    )
+    rope_base: float = knob(10000.0, help="RoPE wavelengths: base^(2i/head_dim) * 2pi")
+    share_embeddings: bool = knob(True, help="tie source/target/output embeddings (needs a joint vocabulary)")
+    self_attention: str = knob("dot_product", choices=ATTENTION_KINDS)
+    cross_attention: str = knob("dot_product", choices=ATTENTION_KINDS)
+    additive_dim: int = knob(
+        0, NON_NEGATIVE, help="hidden size of additive scores per head; 0 = head dimension"
+    )
+    additive_chunk: int = knob(64, POSITIVE, help="target positions scored at once by additive attention")
 
 
 @dataclass
@@ -204,10 +254,10 @@ class RNNSearchConfig(ModelConfig):
     """Bahdanau, Cho and Bengio (2014): BiGRU encoder, GRU decoder with additive attention."""
 
     arch: str = "rnnsearch"
-    embed_dim: int = knob(620, POSITIVE)  # word embeddings (the paper's sizes are the defaults)
-    hidden_size: int = knob(1000, POSITIVE)  # GRU states, per direction in the encoder
-    attention_dim: int = knob(1000, POSITIVE)  # hidden size of the additive attention's scores
-    maxout: bool = True  # deep output with a maxout layer (paper); False = linear readout
+    embed_dim: int = knob(620, POSITIVE, help="word embeddings (the paper's sizes are the defaults)")
+    hidden_size: int = knob(1000, POSITIVE, help="GRU states, per direction in the encoder")
+    attention_dim: int = knob(1000, POSITIVE, help="hidden size of the additive attention's scores")
+    maxout: bool = knob(True, help="deep output with a maxout layer (paper); False = linear readout")
     readout_dim: int = knob(500, POSITIVE)
     share_embeddings: bool = False
 
@@ -217,8 +267,8 @@ class RNNSearchConfig(ModelConfig):
 
 @dataclass
 class OptimConfig:
-    name: str = knob("adam", choices=("adam", "adamw"))  # "adam" | "adamw"
-    lr: float = knob(7e-4, POSITIVE)  # peak learning rate, reached after warmup
+    name: str = knob("adam", choices=("adam", "adamw"), help="the optimizer (adamw: decoupled weight decay)")
+    lr: float = knob(7e-4, POSITIVE, help="peak learning rate, reached after warmup")
     betas: list[float] = knob(
         [0.9, 0.98],
         (
@@ -229,14 +279,24 @@ class OptimConfig:
     eps: float = knob(1e-9, NON_NEGATIVE)
     weight_decay: float = knob(0.0, NON_NEGATIVE)
     warmup_steps: int = knob(4000, NON_NEGATIVE)
-    # "inverse_sqrt" | "constant" | "linear" (to zero at the budget's end)
-    schedule: str = knob("inverse_sqrt", choices=("inverse_sqrt", "constant", "linear"))
-    clip_norm: float = knob(1.0, NON_NEGATIVE)  # 0 = no clipping
+    schedule: str = knob(
+        "inverse_sqrt",
+        choices=("inverse_sqrt", "constant", "linear"),
+        help="learning-rate schedule after warmup (linear: to zero at the budget's end)",
+    )
+    clip_norm: float = knob(1.0, NON_NEGATIVE, help="0 = no clipping")
     label_smoothing: float = knob(0.1, PROBABILITY)
-    # word dropout (Sennrich & Zhang 2019): training inputs replaced by <unk> with this probability
-    src_word_dropout: float = knob(0.0, PROBABILITY)  # source tokens
-    # decoder input tokens (the targets predicted stay intact)
-    tgt_word_dropout: float = knob(0.0, PROBABILITY)
+    src_word_dropout: float = knob(
+        0.0,
+        PROBABILITY,
+        help=(
+            "word dropout (Sennrich & Zhang 2019): training inputs replaced by <unk> with this "
+            "probability source tokens"
+        ),
+    )
+    tgt_word_dropout: float = knob(
+        0.0, PROBABILITY, help="decoder input tokens (the targets predicted stay intact)"
+    )
 
 
 # ------------------------------------------------------------------------------------------- trainer
@@ -246,8 +306,8 @@ class OptimConfig:
 class DefaultBudgetConfig:
     """The budget of a run that sets none of max_steps, max_epochs, max_minutes: every run ends."""
 
-    cpu_minutes: float = knob(60.0, POSITIVE)  # wall-clock minutes of training on a CPU
-    gpu_steps: int = knob(50_000, POSITIVE)  # updates on a GPU
+    cpu_minutes: float = knob(60.0, POSITIVE, help="wall-clock minutes of training on a CPU")
+    gpu_steps: int = knob(50_000, POSITIVE, help="updates on a GPU")
 
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: nmt.devices.resolve_precision; the others: DTYPES
@@ -257,45 +317,76 @@ HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False, "ppl": False}
 
 @dataclass
 class TrainerConfig:
-    device: str = knob("auto", DEVICE)  # "auto" | "cpu" | "cuda" | "cuda:1" ...
-    # "auto" | "fp32" | "bf16" | "fp16"; auto = bf16 (fp16 if unsupported) on GPU; on a CPU bf16 with AMX,
-    # fp32 without native bf16, and with avx512_bf16 alone whichever a timed probe finds faster
-    precision: str = knob("auto", choices=PRECISIONS)
-    # auto on an avx512_bf16-only CPU: bf16 only if the probe finds it this many times as fast as fp32
-    # (bf16 rounds more: it must clearly pay, and noise must not flip the choice)
-    cpu_bf16_min_speedup: float = knob(1.1, POSITIVE)
+    device: str = knob("auto", DEVICE, help="where it runs")
+    precision: str = knob(
+        "auto",
+        choices=PRECISIONS,
+        help=(
+            "auto = bf16 (fp16 if unsupported) on GPU; on a CPU bf16 with AMX, fp32 without native "
+            "bf16, and with avx512_bf16 alone whichever a timed probe finds faster"
+        ),
+    )
+    cpu_bf16_min_speedup: float = knob(
+        1.1,
+        POSITIVE,
+        help=(
+            "auto on an avx512_bf16-only CPU: bf16 only if the probe finds it this many times as fast as "
+            "fp32 (bf16 rounds more: it must clearly pay, and noise must not flip the choice)"
+        ),
+    )
     compile: bool = False
-    max_tokens: int = knob(4096, POSITIVE)  # padded source+target tokens per batch (per rank)
+    max_tokens: int = knob(4096, POSITIVE, help="padded source+target tokens per batch (per rank)")
     accumulate: int = knob(1, POSITIVE)
-    max_steps: int = knob(0, NON_NEGATIVE)  # optimizer updates; 0 = no limit
-    max_epochs: int = knob(0, NON_NEGATIVE)  # 0 = no limit
-    max_minutes: float = knob(0.0, NON_NEGATIVE)  # wall-clock budget for training; 0 = no limit
+    max_steps: int = knob(0, NON_NEGATIVE, help="optimizer updates; 0 = no limit")
+    max_epochs: int = knob(0, NON_NEGATIVE, help="0 = no limit")
+    max_minutes: float = knob(0.0, NON_NEGATIVE, help="wall-clock budget for training; 0 = no limit")
     default_budget: DefaultBudgetConfig = field(default_factory=DefaultBudgetConfig)
     log_every: int = knob(50, POSITIVE)
     valid_every: int = knob(1000, POSITIVE)
-    valid_bleu_sentences: int = knob(500, NON_NEGATIVE)  # validation sentences decoded for BLEU; 0 = all
+    valid_bleu_sentences: int = knob(500, NON_NEGATIVE, help="validation sentences decoded for BLEU; 0 = all")
     valid_beam_size: int = knob(1, POSITIVE)
-    # "bleu" | "chrf" (higher is better) | "loss" | "ppl" (lower is better)
-    best_metric: str = knob("bleu", choices=tuple(HIGHER_IS_BETTER))
-    # validations without improvement before stopping; 0 = never stop early
-    patience: int = knob(0, NON_NEGATIVE)
-    # step_N.pt kept for averaging (written at validations and window marks)
-    keep_checkpoints: int = knob(5, NON_NEGATIVE)
-    # share of the budget at whose end keep_checkpoints step_N.pt are spread
-    average_window: float = knob(0.2, SHARE)
-    # "auto": continue the run dir's last.pt if it has one (a re-run or a requeued job goes on), else start;
-    # a checkpoint path; null: start anew. None of them writes over another run's checkpoints in the run dir.
-    resume: str | None = "auto"
-    # A checkpoint whose weights start this run (fine-tuning, continued training): its architecture and
-    # tokenizer are kept (model.* and tokenizer.* must describe them; dropout may change), with a fresh
-    # optimizer, schedule, sampler and budget. Ignored once the run has checkpoints of its own (resume).
-    init_from: str | None = None
-    # a fine-tune warns when more than this share of its training subwords is <unk> under the parent's
-    # tokenizer (text outside the alphabet it was trained on)
-    init_unk_warning: float = knob(0.01, PROBABILITY)
-    max_bad_steps: int = knob(20, NON_NEGATIVE)  # consecutive non-finite losses before giving up
-    num_text_examples: int = knob(3, NON_NEGATIVE)  # validation triples written to TensorBoard
-    attention_image: bool = True  # cross-attention heatmap of a validation sentence in TensorBoard
+    best_metric: str = knob(
+        "bleu",
+        choices=tuple(HIGHER_IS_BETTER),
+        help="the validation score that picks best.pt (bleu, chrf: higher is better; loss, ppl: lower)",
+    )
+    patience: int = knob(
+        0, NON_NEGATIVE, help="validations without improvement before stopping; 0 = never stop early"
+    )
+    keep_checkpoints: int = knob(
+        5, NON_NEGATIVE, help="step_N.pt kept for averaging (written at validations and window marks)"
+    )
+    average_window: float = knob(
+        0.2, SHARE, help="share of the budget at whose end keep_checkpoints step_N.pt are spread"
+    )
+    resume: str | None = knob(
+        "auto",
+        help=(
+            '"auto": continue the run dir\'s last.pt if it has one (a re-run or a requeued job goes on), '
+            "else start; a checkpoint path; null: start anew. None of them writes over another run's "
+            "checkpoints in the run dir."
+        ),
+    )
+    init_from: str | None = knob(
+        None,
+        help=(
+            "A checkpoint whose weights start this run (fine-tuning, continued training): its "
+            "architecture and tokenizer are kept (model.* and tokenizer.* must describe them; dropout may"
+            " change), with a fresh optimizer, schedule, sampler and budget. Ignored once the run has "
+            "checkpoints of its own (resume)."
+        ),
+    )
+    init_unk_warning: float = knob(
+        0.01,
+        PROBABILITY,
+        help=(
+            "a fine-tune warns when more than this share of its training subwords is <unk> under the "
+            "parent's tokenizer (text outside the alphabet it was trained on)"
+        ),
+    )
+    max_bad_steps: int = knob(20, NON_NEGATIVE, help="consecutive non-finite losses before giving up")
+    num_text_examples: int = knob(3, NON_NEGATIVE, help="validation triples written to TensorBoard")
+    attention_image: bool = knob(True, help="cross-attention heatmap of a validation sentence in TensorBoard")
     progress: bool = True
 
 
@@ -308,27 +399,40 @@ class DecodingConfig:
     service's request (nmt.serve.requests) are made from it, so an option added here, with its rule, is
     offered and checked everywhere alike."""
 
-    beam_size: int = knob(5, POSITIVE)  # 1 = greedy search
-    alpha: float = knob(0.6, NON_NEGATIVE)  # GNMT length penalty ((5+|y|)/6)^alpha; 0 = none
-    max_len_a: float = knob(1.2, NON_NEGATIVE)  # maximum output length a * src_len + b
-    max_len_b: int = knob(10, NON_NEGATIVE)  # the b of max_len_a * src_len + b
-    nbest: int = knob(1, POSITIVE)  # hypotheses returned per sentence (<= beam_size)
-    no_unk: bool = knob(False)  # never output <unk>
-    max_tokens: int = knob(8000, POSITIVE, speed_only=True)  # source tokens per batch (times beam size)
-    cache: bool = knob(True, speed_only=True)  # incremental decoding with a key/value cache
-    no_repeat_ngram: int = knob(0, NON_NEGATIVE)  # no n-gram twice in a hypothesis (fairseq, HF); 0 = off
-    word_reward: float = knob(0.0)  # added to a hypothesis' score per token (EOS included); < 0 = penalty
-    # a shortlist file (scripts/build_shortlist.py): score only each sentence's candidate target subwords;
-    # null = the whole vocabulary. A file where the model runs: the service's to set, never a request's
+    beam_size: int = knob(5, POSITIVE, help="1 = greedy search")
+    alpha: float = knob(0.6, NON_NEGATIVE, help="GNMT length penalty ((5+|y|)/6)^alpha; 0 = none")
+    max_len_a: float = knob(1.2, NON_NEGATIVE, help="maximum output length a * src_len + b")
+    max_len_b: int = knob(10, NON_NEGATIVE, help="the b of max_len_a * src_len + b")
+    nbest: int = knob(1, POSITIVE, help="hypotheses returned per sentence (<= beam_size)")
+    no_unk: bool = knob(False, help="never output <unk>")
+    max_tokens: int = knob(8000, POSITIVE, speed_only=True, help="source tokens per batch (times beam size)")
+    cache: bool = knob(True, speed_only=True, help="incremental decoding with a key/value cache")
+    no_repeat_ngram: int = knob(
+        0, NON_NEGATIVE, help="no n-gram twice in a hypothesis (fairseq, HF); 0 = off"
+    )
+    word_reward: float = knob(
+        0.0, help="added to a hypothesis' score per token (EOS included); < 0 = penalty"
+    )
     shortlist: str | None = knob(
         None,
         (lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "must be a file or null"),
         speed_only=True,
+        help=(
+            "a shortlist file (scripts/build_shortlist.py): score only each sentence's candidate target "
+            "subwords; null = the whole vocabulary. A file where the model runs: the service's to set, "
+            "never a request's"
+        ),
     )
-    # sentences whose shortlist candidates are scored together, with one matrix product over their
-    # union: fewer makes narrower products (a batch's union is several times a sentence's), more
-    # fewer of them
-    shortlist_group: int = knob(4, POSITIVE, speed_only=True)
+    shortlist_group: int = knob(
+        4,
+        POSITIVE,
+        speed_only=True,
+        help=(
+            "sentences whose shortlist candidates are scored together, with one matrix product over their"
+            " union: fewer makes narrower products (a batch's union is several times a sentence's), more "
+            "fewer of them"
+        ),
+    )
 
 
 # --------------------------------------------------------------------------------------------- the run
@@ -338,8 +442,11 @@ class DecodingConfig:
 class FinalConfig:
     """How the main job picks the run's final model (scripts/select_final.py reads it from the checkpoint)."""
 
-    # length penalties tried on valid; [] = decoding.alpha
-    alphas: list[float] = knob([], (lambda v: all(a >= 0 for a in v), "must all be >= 0"))
+    alphas: list[float] = knob(
+        [],
+        EACH_NON_NEGATIVE,
+        help="length penalties tried on valid; [] = decoding.alpha",
+    )
 
 
 @dataclass
@@ -354,13 +461,14 @@ class TrainConfig:
     seed: int = 1
 
 
-DATA_SCHEMAS = {
-    "hf": HFDataConfig,
-    "local": LocalDataConfig,
-    "multi30k": Multi30kDataConfig,
-    "toy": ToyDataConfig,
-}
-MODEL_SCHEMAS = {"transformer": TransformerConfig, "rnnsearch": RNNSearchConfig}
+DATA_SCHEMAS = keyed_by_choices(
+    DataConfig,
+    "source",
+    {"hf": HFDataConfig, "local": LocalDataConfig, "multi30k": Multi30kDataConfig, "toy": ToyDataConfig},
+)
+MODEL_SCHEMAS = keyed_by_choices(
+    ModelConfig, "arch", {"transformer": TransformerConfig, "rnnsearch": RNNSearchConfig}
+)
 
 
 def to_train_config(container: dict) -> TrainConfig:

@@ -1,74 +1,11 @@
 """Decoding with CTranslate2 (the model exported by ``scripts/export_ct2.py``) behind our decoding API.
 
 :class:`CT2Backend` turns source id lists and a :class:`~nmt.config.DecodingConfig` into the same
-:class:`~nmt.decoding.Hypothesis` lists as :func:`nmt.decoding.translate_ids`, so the Translator (and
-through it evaluation) chooses a backend with one argument (``backend=torch|ct2``).
-
-The searches are the same procedure: greedy, or beam search that keeps the 2k best extensions per
-step, finishes those among the first k that end in EOS, and is done with k finished hypotheses or at
-the length budget ``max_len_a * src_len + max_len_b``. Both rank beams by plain log-probability and
-length-normalise only the finished hypotheses.
-
-CTranslate2 takes one ``length_penalty`` and one ``max_decoding_length`` per call, and both follow
-from the source length here, so the sources go to CTranslate2 in one call per source length: a
-sentence is searched with its own penalty and budget, exactly as when it is translated alone,
-whatever else is in the call (with one penalty and budget for all, from the mean and the longest
-source, 13 of 60 short sentences decoded beside a long one got another best translation). The calls
-are all queued before any result is awaited, so with ``inter_threads`` > 1 several decode at once;
-the thread layout is chosen by :func:`thread_layout`. Only floating-point rounding, which depends on
-the batch's size, still differs (log-probabilities by about 1e-5).
-
-What differs from ``backend=torch``:
-
-- Length penalty. Ours is GNMT's, ``log P / ((5 + |y|) / 6) ** alpha``; CTranslate2's
-  ``length_penalty`` divides by ``|y| ** length_penalty`` (|y| counts EOS in both). No value makes
-  them equal, so CTranslate2 returns all k finished hypotheses and they are ranked here with GNMT's
-  formula, which gives our result. CTranslate2's own value matters only where more than k hypotheses
-  finish in one step: ours keeps the k most probable, CTranslate2 the k best by its normalisation
-  (n-best lists can then differ beyond the best). It is set to the value whose penalty grows like
-  GNMT's around the likely output length (:func:`ct2_length_penalty`).
-  To use an exported model with CTranslate2 directly, ``length_penalty = alpha * n / (n + 5)`` for
-  outputs of about n tokens is the closest match.
-- Length budget. Ours forces EOS after the budget; CTranslate2 stops there without EOS. The
-  hypotheses it cut are rescored here with EOS, as ours ends them, but at the last step CTranslate2
-  finishes its k best extensions, not (as ours) every beam, and prefers cut ones (no EOS cost) when
-  it keeps k: outputs that reach the budget can differ.
-- Suppressed tokens. Ours never extends a hypothesis with PAD or BOS (nor UNK with ``no_unk``) but
-  scores the rest with the model's log-probabilities; CTranslate2 removes banned tokens before its
-  softmax, so its scores are then of a renormalised distribution (off by the banned probability
-  mass, 1e-3 at most on the toy model), which can flip near-ties. So every sentence is first searched
-  with nothing suppressed: CTranslate2's scores are then the model's log-probabilities and are used
-  as they are. A trained model gives PAD and BOS no probability worth a beam; a sentence whose
-  hypotheses hold one anyway (a barely trained model) is searched again with both suppressed, and
-  such hypotheses, as those of ``no_unk``, are scored again (:meth:`CT2Backend.score_ids`, one
-  teacher-forced pass) so that their log-probabilities are the model's too. Scoring a translation
-  again (scripts/score.py, the service's ``/score``) therefore gives the number its search gave.
-- Target prefixes (``prefixes``) are CTranslate2's ``target_prefix``; its length budget counts them,
-  as ours does, and its scores leave them out: such hypotheses are always scored again.
-
-- Blocked n-grams (``no_repeat_ngram``, CTranslate2's ``no_repeat_ngram_size``): both ban a token that
-  would complete an n-gram already in the hypothesis, but CTranslate2 bans it before its softmax, so
-  its scores are of the renormalised distribution, where ours (like fairseq's and Hugging Face's) are
-  the model's. Greedy search picks the same tokens either way, and its hypotheses are scored again
-  by the model (teacher-forced); beam search would rank beams differently (on a random model 24 of 30
-  outputs differ), so ``backend=ct2`` refuses blocking with ``beam_size`` > 1.
-
-- Vocabulary shortlists (``decoding.shortlist``) are CTranslate2's vocabulary map, written into the
-  model directory by ``scripts/export_ct2.py shortlist=FILE`` (``use_vmap``). CTranslate2 decodes a
-  call over the union of its sentences' candidates, where ours gives each sentence its own: with a
-  shortlist, a translation can depend on the sentences that share its call (those of its length).
-  Scores are then log-probabilities normalised over the candidates, as ours are (over the sentence's
-  own), and are kept as they are; hypotheses scored again are scored over the sentence's own
-  candidates, as ours (CTranslate2's ``score_batch`` has no vocabulary map: the PyTorch model,
-  ``reference``, scores them, as it scores given translations over a shortlist).
-- An empty source: CTranslate2 skips an empty input (one of EOS alone too), so with a target prefix
-  it would return the bare prefix as the only hypothesis; such a sentence is searched by the PyTorch
-  model (``reference``), which continues the prefix as ``backend=torch`` does.
-
-``word_reward``, which only matters when finished hypotheses of different lengths are ranked, is
-added here when ranking, as in ours.
-The returned ``score`` is ours (GNMT plus word reward, from the log-probability), so both backends'
-scores compare.
+:class:`~nmt.decoding.Hypothesis` lists as :func:`nmt.decoding.translate_ids`, so the Translator chooses
+a backend with one argument (``backend=torch|ct2``). The searches are the same procedure; where
+CTranslate2 differs (its length penalty, budget, suppressed tokens, prefixes, blocked n-grams, vocabulary
+maps) the backend asks it for all k finished hypotheses, one call per source length, and ranks or scores
+them again with ours. Each difference and how it is bridged: docs/decoding.md, "The CTranslate2 backend".
 """
 
 from __future__ import annotations
@@ -77,14 +14,14 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
 from nmt.ct2.format import file_digest, read_export_info, require_ctranslate2
-from nmt.decoding import Hypothesis, batch_source_tokens, hypothesis
+from nmt.decoding import Backend, Hypothesis, batch_source_tokens, hypothesis
 from nmt.decoding.common import budget_for_source
 from nmt.errors import NMTError
 from nmt.special import BOS_ID, PAD_ID
@@ -92,26 +29,6 @@ from nmt.tokenizer import Tokenizer
 
 # Scoring on a CPU: at most this many log-probabilities (fp32, 16 MiB) per batch (CT2Backend.score_ids).
 SCORE_BATCH_FLOATS = 2**22
-
-
-class ModelSearch(Protocol):
-    """What :class:`CT2Backend` asks of backend=torch over the same model (``reference``)."""
-
-    def translate_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        cfg: DecodingConfig,
-        progress: bool = False,
-        prefixes: Sequence[Sequence[int]] | None = None,
-    ) -> list[list[Hypothesis]]: ...
-
-    def score_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        targets: Sequence[Sequence[int]],
-        max_tokens: int,
-        shortlist: str | None,
-    ) -> list[list[float]]: ...
 
 
 def ct2_length_penalty(alpha: float, length: int) -> float:
@@ -139,7 +56,7 @@ def thread_layout(inter: int, intra: int, cores: int) -> tuple[int, int]:
     return cores, 1
 
 
-class CT2Backend:
+class CT2Backend(Backend):
     """A CTranslate2 translator over an exported model directory, fed and answering in our token ids."""
 
     name = "ct2"  # the backend's name (nmt.backends)
@@ -153,7 +70,7 @@ class CT2Backend:
         intra_threads: int = 0,
         compute_type: str = "default",
         weights: str | None = None,
-        reference: ModelSearch | None = None,
+        reference: Backend | None = None,
     ):
         """``inter_threads`` translations at a time, each on ``intra_threads`` threads; 0: chosen for the
         cores torch may use (:func:`thread_layout`). ``weights``: the digest of the checkpoint's weights
@@ -273,7 +190,7 @@ class CT2Backend:
                 out[i] = hyps
         return out
 
-    def _reference(self, what: str) -> ModelSearch:
+    def _reference(self, what: str) -> Backend:
         if self.reference is None:
             raise NMTError(
                 f"backend=ct2: {what} needs the PyTorch model beside CTranslate2 (nmt.backends.load_backend)"

@@ -34,7 +34,7 @@ from typing import Any
 from torch import nn
 
 from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint, weights_digest
-from nmt.config import ExportCT2Config, ModelConfig, TransformerConfig, check_choice
+from nmt.config import CT2_QUANTIZATIONS, ExportCT2Config, ModelConfig, TransformerConfig, check_choice
 from nmt.ct2.format import META_FILE, file_digest, require_ctranslate2, write_export_info
 from nmt.errors import NMTError
 from nmt.models.attention import Attention, DotProductAttention
@@ -45,16 +45,6 @@ from nmt.special import BOS_ID, EOS_ID, UNK_ID
 from nmt.tokenizer import Tokenizer
 
 WRITER = "scripts/export_ct2.py"  # what the output-directory rule names as the writer of an export
-QUANTIZATIONS = (
-    "none",
-    "int8",
-    "int8_float32",
-    "int8_float16",
-    "int8_bfloat16",
-    "int16",
-    "float16",
-    "bfloat16",
-)
 
 
 def check_exportable(cfg: ModelConfig) -> None:
@@ -73,7 +63,7 @@ def check_exportable(cfg: ModelConfig) -> None:
 
 
 def check_quantization(quantization: str) -> None:
-    check_choice("quantization", quantization, QUANTIZATIONS)
+    check_choice("quantization", quantization, CT2_QUANTIZATIONS)
 
 
 # ------------------------------------------------------------------------------------------- the spec

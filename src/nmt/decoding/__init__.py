@@ -13,7 +13,8 @@ sentences are done, and builds the hypotheses at the end.
 - :mod:`~nmt.decoding.beam`: beam search, in named steps (its docstring lists them);
 - :mod:`~nmt.decoding.decode`: :func:`translate_ids`, many sentences in batches, in input order,
   optionally each forced through a target prefix;
-- :mod:`~nmt.decoding.forced`: :func:`score_ids`, the model's log-probability of given translations.
+- :mod:`~nmt.decoding.forced`: :func:`score_ids`, the model's log-probability of given translations;
+- :mod:`~nmt.decoding.interface`: :class:`Backend`, what every way to decode (``backend=``) offers.
 
 Length normalisation is GNMT's (Wu et al., 2016): a finished hypothesis y scores
 ``log P(y | x) / ((5 + |y|) / 6) ** alpha + word_reward * |y|``, where |y| counts the generated tokens
@@ -40,8 +41,10 @@ from nmt.decoding.common import (
 from nmt.decoding.decode import search, translate_ids
 from nmt.decoding.forced import ForcedScore, score_ids
 from nmt.decoding.greedy import greedy_search
+from nmt.decoding.interface import Backend
 
 __all__ = [
+    "Backend",
     "ForcedScore",
     "Hypothesis",
     "batch_source_tokens",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nmt.config import ModelConfig
+from nmt.config import ModelConfig, keyed_by_choices
 from nmt.models.base import Seq2Seq, count_parameters, reorder_state
 from nmt.models.transformer import Transformer, kv_cache_bytes
 
@@ -17,11 +17,10 @@ def _rnnsearch(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, joint_vocab: bo
     return RNNSearch(cfg, src_vocab, tgt_vocab, joint_vocab)
 
 
-# The architectures, by the model.arch choices (nmt.config.ModelConfig; checked at start).
-ARCHS: dict[str, Callable[[ModelConfig, int, int, bool], Seq2Seq]] = {
-    "transformer": Transformer,
-    "rnnsearch": _rnnsearch,
-}
+# The architectures, by the model.arch choices.
+ARCHS: dict[str, Callable[[ModelConfig, int, int, bool], Seq2Seq]] = keyed_by_choices(
+    ModelConfig, "arch", {"transformer": Transformer, "rnnsearch": _rnnsearch}
+)
 
 
 def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, joint_vocab: bool) -> Seq2Seq:

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from nmt.config import TransformerConfig
+from nmt.config import TransformerConfig, keyed_by_choices
 from nmt.models.base import LazyRows
 from nmt.models.kernels import fused_projections, gather_append, sdpa, sdpa_shared
 from nmt.models.masks import allowed_mask
@@ -338,8 +338,10 @@ class AdditiveAttention(Attention):
         return additive_scores(q, k, self.v_a, self.chunk)
 
 
-# The kinds, by the model.self_attention/cross_attention choices (nmt.config.ATTENTION_KINDS).
-ATTENTION = {"dot_product": DotProductAttention, "additive": AdditiveAttention}
+# The kinds, by the model.self_attention/cross_attention choices (both ATTENTION_KINDS).
+ATTENTION = keyed_by_choices(
+    TransformerConfig, "self_attention", {"dot_product": DotProductAttention, "additive": AdditiveAttention}
+)
 
 
 def build_attention(kind: str, d_model: int, heads: int, dropout: float, cross: bool, **kwargs) -> Attention:

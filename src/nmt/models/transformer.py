@@ -59,7 +59,6 @@ def kv_cache_bytes(
 
 
 # The positions Embedding gives, by the model.positional choices (nmt.config.TransformerConfig).
-POSITIONALS = ("sinusoidal", "learned", "rope")
 
 
 class Embedding(nn.Module):

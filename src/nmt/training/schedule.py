@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from nmt.config import OptimConfig
+from nmt.config import OptimConfig, keyed_by_choices
 
 
 def learning_rate(step: int, cfg: OptimConfig, spent: float = 0.0) -> float:
@@ -39,9 +39,7 @@ def _linear(step: int, cfg: OptimConfig, spent: float) -> float:
     return cfg.lr * ramp * max(1.0 - spent, 0.0)
 
 
-# The schedules, by the optim.schedule choices (nmt.config.OptimConfig; checked at start).
-SCHEDULES: dict[str, Callable[[int, OptimConfig, float], float]] = {
-    "inverse_sqrt": _inverse_sqrt,
-    "constant": _constant,
-    "linear": _linear,
-}
+# The schedules, by the optim.schedule choices.
+SCHEDULES: dict[str, Callable[[int, OptimConfig, float], float]] = keyed_by_choices(
+    OptimConfig, "schedule", {"inverse_sqrt": _inverse_sqrt, "constant": _constant, "linear": _linear}
+)

@@ -14,7 +14,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from nmt import checkpoint as ckpt_io
-from nmt.config import TrainConfig, check_train_config, with_absolute_folders
+from nmt.config import OptimConfig, TrainConfig, check_train_config, keyed_by_choices, with_absolute_folders
 from nmt.data import PreparedData, TokenBatchSampler, clipped_lengths, pin_source, prepare_corpus
 from nmt.devices import resolve_precision, select_device
 from nmt.errors import NMTError
@@ -222,7 +222,7 @@ def prepare_on_main_first(cfg: TrainConfig, dist: Dist, parent: FineTune | None 
 
 
 # The optimizers, by the optim.name choices (nmt.config.OptimConfig; checked at start).
-OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+OPTIMIZERS = keyed_by_choices(OptimConfig, "name", {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW})
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -16,14 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from types import ModuleType
 
-from nmt.config import DataConfig
+from nmt.config import DataConfig, keyed_by_choices
 from nmt.data.sources import hub, local, multi30k, toy
 from nmt.data.sources.common import SPLITS, Chunk, RawCorpus
 from nmt.data.sources.local import local_files, read_lines, read_parallel, read_parallel_chunks
 from nmt.data.sources.toy import make_toy
 
 # The sources, by the data.source choices (nmt.config.DataConfig; checked at start).
-SOURCES: dict[str, ModuleType] = {"hf": hub, "local": local, "multi30k": multi30k, "toy": toy}
+SOURCES: dict[str, ModuleType] = keyed_by_choices(
+    DataConfig, "source", {"hf": hub, "local": local, "multi30k": multi30k, "toy": toy}
+)
 
 
 def source_of(cfg: DataConfig) -> ModuleType:

@@ -1,0 +1,45 @@
+"""The one interface of a way to decode (``backend=``): what the Translator calls, and what the
+CTranslate2 backend asks of our search for what CTranslate2 cannot do. It lives here, below both
+:mod:`nmt.backends` and :mod:`nmt.ct2`, so that each implements it and neither copies it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from nmt.config import DecodingConfig
+from nmt.decoding.common import Hypothesis
+
+
+class Backend(Protocol):
+    """What the Translator needs of a backend."""
+
+    name: str  # one of nmt.backends.BACKENDS: in reports, hypothesis file names and the service's answers
+
+    def translate_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        cfg: DecodingConfig,
+        progress: bool = False,
+        prefixes: Sequence[Sequence[int]] | None = None,
+    ) -> list[list[Hypothesis]]:
+        """The ``cfg.nbest`` best hypotheses of each source, best first, each starting with its
+        source's target prefix when ``prefixes`` are given (lists of target ids, possibly empty)."""
+        ...
+
+    def check_shortlist(self, path: str | None) -> None:
+        """Refuse, before anything is decoded, a ``decoding.shortlist`` this backend cannot decode over."""
+        ...
+
+    def score_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        targets: Sequence[Sequence[int]],
+        max_tokens: int,
+        shortlist: str | None,
+    ) -> list[list[float]]:
+        """Teacher-forced log-probabilities of each target token and of the EOS that follows, in batches
+        of up to ``max_tokens`` tokens, normalised as the search normalises: over the whole vocabulary,
+        or with ``shortlist`` (``decoding.shortlist``) over each sentence's candidates and the target's
+        own tokens (:mod:`nmt.decoding.forced`)."""
+        ...
