@@ -411,7 +411,8 @@ def standin_hub(tmp_path, monkeypatch) -> Iterator[StandIn]:
     Hugging Face cache in ``tmp_path/hf_home``."""
     import huggingface_hub
 
-    from nmt.data import hub, sources
+    from nmt.data import hub_api as hub
+    from nmt.data import sources
 
     with serve(dataset_files()) as standin:
         monkeypatch.delenv("HF_TOKEN", raising=False)

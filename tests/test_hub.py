@@ -242,7 +242,7 @@ def test_a_server_ignoring_ranges_is_read_once_per_small_file_and_said(
 def test_a_server_ignoring_ranges_on_a_large_file_is_refused_before_its_body(
     hub, compose_train_cfg, tmp_path, monkeypatch
 ):
-    from nmt.data import hub as hub_module
+    from nmt.data import hub_api as hub_module
 
     monkeypatch.setattr(hub_module, "WHOLE_FILE_BYTES", 1000)
     hub.ignore_range = True

@@ -18,8 +18,8 @@ from types import ModuleType
 
 from nmt.config import DataConfig, keyed_by_choices
 from nmt.data.sources import hub, local, multi30k, toy
-from nmt.data.sources.common import SPLITS, Chunk, RawCorpus
 from nmt.data.sources.local import local_files, read_lines, read_parallel, read_parallel_chunks
+from nmt.data.sources.shapes import SPLITS, Chunk, RawCorpus
 from nmt.data.sources.toy import make_toy
 
 # The sources, by the data.source choices (nmt.config.DataConfig; checked at start).

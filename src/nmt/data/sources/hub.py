@@ -6,7 +6,7 @@ and split when set (``valid_path``, ``valid_config``, ...), or drawn from traini
 none (``valid_split: null``). Rows are a ``translation`` struct, two flat columns, or, for a config
 with ``{lang}``, one language per config joined on an id (FLORES).
 
-Requests go through :mod:`nmt.data.hub`, which names the commit in each. A branch is resolved to its
+Requests go through :mod:`nmt.data.hub_api`, which names the commit in each. A branch is resolved to its
 commit once (:func:`resolve`), logged, and the prepared cache is keyed by the commit; a dataset
 without parquet files there (a loading script, json) is read from the hub's parquet conversion, the
 ``refs/convert/parquet`` revision, and the log says so.
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from nmt.config import HFDataConfig
-from nmt.data.hub import COMMIT, Hub
+from nmt.data.hub_api import COMMIT, Hub
 from nmt.data.parquet import FsspecFile, RangeFile, read_parquet, sample_parquet
-from nmt.data.sources.common import Chunk, one_line
+from nmt.data.sources.shapes import Chunk, one_line
 from nmt.errors import NMTError
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ def read(cfg: HFDataConfig, split: str) -> Iterator[Chunk]:
     """Training: ``train_size`` pairs drawn from all training files (:func:`sample_parquet`), a row
     group at a time; valid/test read whole from their own files, or drawn from training. Only the row
     groups read are fetched (nmt.data.parquet), from the hub at the commit the revision names
-    (nmt.data.hub), or with ``data_files`` set from those files: ``path`` then names a datasets
+    (nmt.data.hub_api), or with ``data_files`` set from those files: ``path`` then names a datasets
     builder ("parquet", "json", ...) and ``data_files`` a path or glob containing ``{split}``."""
     o = origin(cfg, split)
     if o is None or (split == "train" and not all(origin(cfg, s) for s in ("valid", "test"))):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from nmt.config import DataConfig, HFDataConfig, LocalDataConfig
-from nmt.data.sources.common import SPLITS, Chunk
+from nmt.data.sources.shapes import SPLITS, Chunk
 from nmt.errors import NMTError
 
 log = logging.getLogger(__name__)

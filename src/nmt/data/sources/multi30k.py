@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from nmt.config import LocalDataConfig, Multi30kDataConfig
 from nmt.data.download import MULTI30K_COMMIT, multi30k_dir
 from nmt.data.sources import local
-from nmt.data.sources.common import Chunk
+from nmt.data.sources.shapes import Chunk
 
 REMOVE_HELD_OUT = True  # training pairs that are valid or test pairs are dropped
 SCHEMA = Multi30kDataConfig

@@ -6,7 +6,7 @@ import random
 from collections.abc import Iterator
 
 from nmt.config import ToyDataConfig
-from nmt.data.sources.common import Chunk, RawCorpus
+from nmt.data.sources.shapes import Chunk, RawCorpus
 from nmt.errors import NMTError
 
 # Kept: the task draws every split from one small lexicon, so short sentences recur across splits; it is
