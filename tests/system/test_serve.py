@@ -27,7 +27,7 @@ import torch
 from nmt.config import DecodingOverrides, ServerLimits
 from nmt.data import prepare_text, read_lines
 from nmt.errors import NMTError
-from nmt.shortlist import build_shortlist
+from nmt.shortlist_builder import build_shortlist
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
