@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib.util
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,6 +51,7 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
             name = args.config_name or config_name
             try:
                 refuse_credentials(args.overrides)
+                check_sweep(args.overrides, args.multirun)
                 if args.help:
                     check_overrides(name, args.overrides)
                     print(script_help(name, args.overrides, sys.modules[fn.__module__].__doc__))
@@ -59,11 +61,35 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
             except NMTError as e:
                 print(f"error: {hide_credentials(str(e))}", file=sys.stderr)
                 sys.exit(1)
+            sys.argv += job_name_overrides(name, args)
             task()
 
         return main
 
     return decorate
+
+
+def job_name_overrides(config_name: str, args: Any) -> list[str]:
+    """Under a sweep, a job's folder is named by its overrides (``hydra.job.override_dirname``): by those
+    the sweep varies only, not by those every job shares (the command's fixed ``key=value``), which would
+    make long names alike but for one key. Returns the Hydra override that leaves the fixed ones out."""
+    setting = "hydra.job.config.override_dirname.exclude_keys"
+    if any(o.split("=", 1)[0] == setting for o in args.overrides):
+        return []  # the user's own choice
+    parsed = OverridesParser.create().parse_overrides(args.overrides)
+    searching = any(o.key_or_group == "hparams_search" for o in parsed)
+    if not (args.multirun or searching):
+        return []
+    fixed = [o.key_or_group for o in parsed if not o.is_sweep_override() and not o.is_hydra_override()]
+    try:
+        cfg = _compose(
+            config_name, [o.input_line for o in parsed if _is_group(o) and not o.is_sweep_override()]
+        )
+        excluded = list(cfg.hydra.job.config.override_dirname.exclude_keys)
+    except Exception:  # Hydra says what is wrong when it composes
+        return []
+    keys = list(dict.fromkeys(excluded + fixed))
+    return [f"{setting}=[{','.join(keys)}]"] if keys != excluded else []
 
 
 def refuse_credentials(overrides: list[str]) -> None:
@@ -76,6 +102,41 @@ def refuse_credentials(overrides: list[str]) -> None:
                 f"{hide_credentials(override)}: a URL with credentials, refused before anything is written "
                 "(they would be kept in the run's log, .hydra/ and checkpoints); use a mirror that needs "
                 "none, or fetch the files yourself into a folder and give its path (data.url=/that/folder)"
+            )
+
+
+# Hydra plugins that are optional extras: (group, option) -> (their module, their package).
+SUBMITIT = ("hydra_plugins.hydra_submitit_launcher", "hydra-submitit-launcher")
+PLUGINS = {
+    ("hydra/launcher", "submitit_slurm"): SUBMITIT,
+    ("hydra/launcher", "submitit_local"): SUBMITIT,
+    ("hydra/sweeper", "optuna"): ("hydra_plugins.hydra_optuna_sweeper", "hydra-optuna-sweeper"),
+}
+EXTRAS = {"hydra-submitit-launcher": "cluster", "hydra-optuna-sweeper": "sweep"}
+
+
+def check_sweep(overrides: list[str], multirun: bool) -> None:
+    """Refuse, before Hydra starts, ``-m`` with ``hydra.run.dir`` (a sweep ignores it) and a launcher
+    or sweeper whose package is not installed, naming it (Hydra would only say it finds no such config)."""
+    keys = {o.split("=", 1)[0].lstrip("+~"): o.split("=", 1)[-1] for o in overrides if "=" in o}
+    if multirun and "hydra.run.dir" in keys:
+        raise NMTError(
+            f"hydra.run.dir={keys['hydra.run.dir']}: -m ignores it (each job of a sweep goes to "
+            "hydra.sweep.dir/hydra.sweep.subdir); give hydra.sweep.dir=... instead"
+        )
+    wanted = [(g, keys[g], f"{g}={keys[g]}") for g in ("hydra/launcher", "hydra/sweeper") if g in keys]
+    search = keys.get("hparams_search")
+    if search and (CONFIG_DIR / "hparams_search" / f"{search}.yaml").is_file():
+        defaults = OmegaConf.load(CONFIG_DIR / "hparams_search" / f"{search}.yaml").get("defaults", [])
+        for entry in defaults:
+            for key, option in entry.items() if isinstance(entry, DictConfig) else []:
+                wanted.append((key.removeprefix("override /"), option, f"hparams_search={search}"))
+    for group, option, given in wanted:
+        module, package = PLUGINS.get((group, option), (None, None))
+        if module and importlib.util.find_spec(module) is None:
+            raise NMTError(
+                f"{given}: needs {package}, which is not installed: pip install -e '.[{EXTRAS[package]}]' "
+                f"(or pip install {package})"
             )
 
 
