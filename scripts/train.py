@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
+from nmt.cli import launch_id, script_main
 from nmt.sweep import claim_run_dir, job_result, objective, write_result
 from nmt.training.distributed import launched_rank
 from nmt.training.loop import train
@@ -23,7 +23,7 @@ def main(cfg: DictConfig) -> float:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     task = list(hydra_cfg.overrides.task)
     if hydra_cfg.mode == RunMode.MULTIRUN:
-        claim_run_dir(run_dir, task, hydra_cfg.job.num)
+        claim_run_dir(run_dir, task, hydra_cfg.job.num, launch_id())
     overrides = [o for o in task if not o.startswith("trainer.resume=")]
     # Quoted for the shell: overrides may hold brackets (lists) or spaces (paths).
     hint = shlex.join(

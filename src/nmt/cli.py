@@ -12,7 +12,9 @@ import dataclasses
 import difflib
 import functools
 import importlib.util
+import os
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -62,11 +64,20 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
                 print(f"error: {hide_credentials(str(e))}", file=sys.stderr)
                 sys.exit(1)
             sys.argv += job_name_overrides(name, args)
+            os.environ[LAUNCH_ID] = uuid.uuid4().hex[:12]  # the jobs it starts (any launcher) inherit it
             task()
 
         return main
 
     return decorate
+
+
+LAUNCH_ID = "NMT_LAUNCH_ID"
+
+
+def launch_id() -> str:
+    """The id of the command that started this job: the jobs of one sweep launch share it."""
+    return os.environ.get(LAUNCH_ID, "none")
 
 
 def job_name_overrides(config_name: str, args: Any) -> list[str]:

@@ -2,9 +2,9 @@
 file (its objective: the best validation score by ``trainer.best_metric``), and the jobs of a sweep
 folder are listed as a table (``scripts/sweep_summary.py``).
 
-A job's folder holds ``job.json`` (its overrides, written when it starts) and, once training ends,
-``result.json`` (steps, best and final validation scores, training time). A job still running or killed
-has no result file: its ``checkpoints/last.pt`` says how far it got.
+A job's folder holds ``.job-<launch>.json`` (its number and overrides, written when it starts) and, once
+training ends, ``result.json`` (steps, best and final validation scores, training time). A job still
+running or killed has no result file: its ``checkpoints/last.pt`` says how far it got.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from nmt.checkpoint import load_checkpoint
 from nmt.config import HIGHER_IS_BETTER
 from nmt.errors import NMTError
 
-CLAIM = "job.json"
 RESULT = "result.json"
 # Overrides that do not make a job another job: a relaunch adds or changes them and continues the same run.
 RELAUNCH_KEYS = ("trainer.resume", "trainer.progress")
@@ -37,14 +36,15 @@ def job_overrides(overrides: list[str]) -> list[str]:
     return [o for o in overrides if o.lstrip("+~").split("=", 1)[0] not in RELAUNCH_KEYS]
 
 
-def claim_run_dir(run_dir: Path, overrides: list[str], job_num: int) -> None:
-    """Mark ``run_dir`` as the folder of the job with these overrides; refuse it, in one line, when
-    another job of the sweep (other overrides) has it. Atomic (a hard link that fails if the file
-    exists), so jobs started at once by a parallel launcher cannot both claim it."""
+def claim_run_dir(run_dir: Path, overrides: list[str], job_num: int, launch: str) -> None:
+    """Mark ``run_dir`` as the folder of job ``job_num`` of the sweep launched as ``launch``; refuse it,
+    in one line, when another job of the same launch has it. A relaunch (another ``launch``) continues
+    the folder's run. Atomic (a hard link that fails if the claim exists), so jobs started at once by a
+    parallel launcher cannot both claim it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     mine = job_overrides(overrides)
-    claim = run_dir / CLAIM
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{CLAIM}.", suffix=".tmp")
+    claim = run_dir / f".job-{launch}.json"
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".job.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"num": job_num, "overrides": mine}, f)
@@ -56,11 +56,11 @@ def claim_run_dir(run_dir: Path, overrides: list[str], job_num: int) -> None:
     finally:
         Path(tmp).unlink(missing_ok=True)
     theirs = json.loads(claim.read_text(encoding="utf-8"))
-    if theirs["overrides"] != mine:
+    if theirs["num"] != job_num:
+        differ = [o for o in mine if o not in theirs["overrides"]]
         raise NMTError(
-            f"{run_dir}: jobs {theirs['num']} ({','.join(theirs['overrides']) or 'no overrides'}) and "
-            f"{job_num} ({','.join(mine) or 'no overrides'}) of this sweep would share this run dir: "
-            "hydra.sweep.subdir names them alike (a swept key among "
+            f"{run_dir}: jobs {theirs['num']} and {job_num} ({','.join(differ) or 'same overrides'}) of this "
+            "sweep would share this run dir: hydra.sweep.subdir names them alike (a swept key among "
             "hydra.job.config.override_dirname.exclude_keys?); add ${hydra.job.num} to hydra.sweep.subdir "
             "or sweep keys that are part of the job's name"
         )
