@@ -130,9 +130,9 @@ def check_sweep(overrides: list[str], multirun: bool) -> None:
     """Refuse, before Hydra starts, ``-m`` with ``hydra.run.dir`` (a sweep ignores it) and a launcher
     or sweeper whose package is not installed, naming it (Hydra would only say it finds no such config)."""
     keys = {o.split("=", 1)[0].lstrip("+~"): o.split("=", 1)[-1] for o in overrides if "=" in o}
-    if multirun and "hydra.run.dir" in keys:
+    if (multirun or "hparams_search" in keys) and "hydra.run.dir" in keys:
         raise NMTError(
-            f"hydra.run.dir={keys['hydra.run.dir']}: -m ignores it (each job of a sweep goes to "
+            f"hydra.run.dir={keys['hydra.run.dir']}: a sweep (-m, hparams_search) ignores it (each job goes to "
             "hydra.sweep.dir/hydra.sweep.subdir); give hydra.sweep.dir=... instead"
         )
     wanted = [(g, keys[g], f"{g}={keys[g]}") for g in ("hydra/launcher", "hydra/sweeper") if g in keys]

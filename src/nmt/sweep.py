@@ -71,7 +71,8 @@ class JobResult:
     """How a job's training went: what ``scripts/sweep_summary.py`` lists."""
 
     job: str  # its folder, relative to the sweep's
-    overrides: str  # the job's own overrides, comma-separated
+    num: int | None  # hydra.job.num: its place in the sweep
+    overrides: str  # what the sweep varies in this job (else all of its overrides), comma-separated
     steps: int
     metric: str  # trainer.best_metric
     best: float | None  # the best validation score by that metric: the job's objective
@@ -89,7 +90,9 @@ def job_result(run_dir: Path, overrides: list[str] | None = None) -> JobResult:
     path = run_dir / RESULT
     if path.is_file():
         fields = json.loads(path.read_text(encoding="utf-8"))
-        return JobResult(**{**fields, "job": run_dir.name, "overrides": ",".join(job_overrides(overrides))})
+        return JobResult(
+            **{**fields, "job": run_dir.name, "num": _job_num(run_dir), "overrides": ",".join(overrides)}
+        )
     return _from_checkpoint(run_dir, overrides, "running or stopped")
 
 
@@ -102,6 +105,7 @@ def _from_checkpoint(run_dir: Path, overrides: list[str], status: str) -> JobRes
     final = progress["history"][-1] if progress["history"] else {}
     return JobResult(
         job=run_dir.name,
+        num=_job_num(run_dir),
         overrides=",".join(job_overrides(overrides)),
         steps=int(progress["step"]),
         metric=metric,
@@ -117,7 +121,7 @@ def _from_checkpoint(run_dir: Path, overrides: list[str], status: str) -> JobRes
 def write_result(run_dir: Path, overrides: list[str]) -> JobResult:
     """Write the finished job's ``result.json`` (from its ``last.pt``) and return it."""
     result = _from_checkpoint(run_dir, overrides, "ended")
-    fields = {k: v for k, v in asdict(result).items() if k not in ("job", "overrides")}
+    fields = {k: v for k, v in asdict(result).items() if k not in ("job", "num", "overrides")}
     atomic_write_text(run_dir / RESULT, json.dumps(fields, indent=2) + "\n")
     return result
 
@@ -128,8 +132,19 @@ def objective(result: JobResult) -> float:
     return math.nan if result.best is None else float(result.best)
 
 
+def _job_num(run_dir: Path) -> int | None:
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    return OmegaConf.load(hydra_file).hydra.job.get("num") if hydra_file.is_file() else None
+
+
 def _read_overrides(run_dir: Path) -> list[str]:
-    """The job's overrides as Hydra stored them (``.hydra/overrides.yaml``, a YAML list of strings)."""
+    """The overrides that the job's sweep varies (its name, ``hydra.job.override_dirname``, as Hydra
+    stored it in ``.hydra/hydra.yaml``), else all of the job's (``.hydra/overrides.yaml``)."""
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    if hydra_file.is_file():
+        name = OmegaConf.load(hydra_file).hydra.job.get("override_dirname")
+        if name:
+            return str(name).split(",")
     path = run_dir / ".hydra" / "overrides.yaml"
     return [str(o) for o in OmegaConf.load(path)] if path.is_file() else []
 
@@ -156,7 +171,7 @@ def summarize(sweep_dir: Path) -> list[JobResult]:
     return rows
 
 
-COLUMNS = ("job", "overrides", "steps", "best", "bleu", "chrf", "loss", "minutes", "status")
+COLUMNS = ("num", "overrides", "steps", "best", "bleu", "chrf", "loss", "minutes", "status")
 
 
 def _cell(value: Any) -> str:
@@ -168,11 +183,12 @@ def _cell(value: Any) -> str:
 def format_table(rows: list[JobResult]) -> str:
     """A plain-text table of the jobs, a line each."""
     metric = rows[0].metric if rows else "bleu"
-    heads = [f"best {metric}" if c == "best" else c for c in COLUMNS]
+    names = {"num": "job", "best": f"best {metric}", "minutes": "train min"}
+    heads = [names.get(c, c) for c in COLUMNS]
     cells = [[_cell(getattr(r, c)) for c in COLUMNS] for r in rows]
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(heads)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(lines)
 
 

@@ -199,3 +199,42 @@ def test_a_killed_submitit_job_relaunched_continues(toy, job, tmp_path: Path):
     log = "".join(p.read_text() for p in (tmp_path / "sw" / ".submitit").glob("*/*_0_log.out"))
     assert f"at step {killed_at} (epoch" in log  # resumed from its last.pt
     assert result(tmp_path / "sw")["steps"] == killed_at + 2
+
+
+def hparams_sessions(tb_dir: Path) -> dict:
+    """The hparams plugin's session record of a run's TensorBoard (what its HPARAMS tab lists)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = EventAccumulator(str(tb_dir))
+    events.Reload()
+    content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    return {key: value.ListFields()[0][1] for key, value in start.hparams.items()}
+
+
+@pytest.mark.slow
+def test_pipeline_sweep_tests_each_job_and_the_summary_lists_them(toy, job, tmp_path: Path):
+    done = toy.script(
+        "pipeline.py", "-m", *job, "trainer.max_steps=4", "trainer.valid_every=2", "decoding.beam_size=2",
+        "pipeline.alphas=[1.0]", "optim.lr=1e-3,2e-3", "hydra.sweep.dir=sw", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("optim.lr=0.001", "optim.lr=0.002"):
+        folder = tmp_path / "sw" / name
+        assert {p.name for p in (folder / "checkpoints").iterdir()} >= {"averaged.pt", "final.pt"}
+        assert json.loads((folder / "eval" / "final_choice.json").read_text())
+        (report,) = (folder / "eval").glob("final.test.beam2.json")  # each job ends with its test report
+        assert result(folder)["steps"] == 4
+        hparams = hparams_sessions(folder / "tb")  # TensorBoard's HPARAMS tab: the swept value, per job
+        assert hparams["optim.lr"] == float(name.split("=")[1])
+    summary = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sweep_summary.py"), str(tmp_path / "sw")],
+        capture_output=True, text=True, env=toy.env(), timeout=60,
+    )  # fmt: skip
+    assert summary.returncode == 0, summary.stderr
+    head, *rows, csv_line = summary.stdout.splitlines()
+    assert head.split()[:4] == ["job", "overrides", "steps", "best"]
+    assert sorted(r.split()[1] for r in rows) == ["optim.lr=0.001", "optim.lr=0.002"]
+    table = (tmp_path / "sw" / "sweep_summary.csv").read_text().splitlines()
+    assert table[0].startswith("job,num,overrides,steps,metric,best") and len(table) == 3

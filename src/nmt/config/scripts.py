@@ -348,6 +348,15 @@ class AverageConfig:
 
 
 @dataclass
+class PipelineConfig:
+    """scripts/pipeline.py's steps after training (the rest of its config is scripts/train.py's)."""
+
+    average_last: int = knob(5, NON_NEGATIVE)  # newest step_N.pt averaged into averaged.pt; 0 = none
+    alphas: list[float] = field(default_factory=list)  # length penalties tried on valid; [] = final.alphas
+    test: bool = True  # evaluate the chosen final.pt on the test split (eval/, and the run's TensorBoard)
+
+
+@dataclass
 class SelectConfig:
     """scripts/select_final.py: choose the final model of a run on the validation set, never on test."""
 
