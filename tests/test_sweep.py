@@ -1,0 +1,63 @@
+"""A sweep's jobs: their run-dir claims, names and bad input refused before Hydra starts."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from nmt import cli
+from nmt.errors import NMTError
+from nmt.sweep import claim_run_dir
+
+
+def test_a_job_of_the_same_launch_may_not_take_another_jobs_folder(tmp_path: Path):
+    claim_run_dir(tmp_path, ["optim.lr=0.1", "data.dir=x"], 0, "launch1")
+    claim_run_dir(tmp_path, ["optim.lr=0.1", "data.dir=x", "trainer.resume=auto"], 0, "launch1")  # itself
+    with pytest.raises(NMTError, match=r"jobs 0 and 1 \(optim.lr=0.2\) of this sweep would share"):
+        claim_run_dir(tmp_path, ["optim.lr=0.2", "data.dir=x"], 1, "launch1")
+    claim_run_dir(tmp_path, ["optim.lr=0.1", "trainer.max_steps=9"], 3, "launch2")  # a relaunch continues
+
+
+def test_multirun_with_hydra_run_dir_is_refused_in_one_line():
+    with pytest.raises(NMTError, match=r"^hydra.run.dir=out: a sweep \(-m, hparams_search\) ignores it"):
+        cli.check_sweep(["optim.lr=1,2", "hydra.run.dir=out"], multirun=True)
+    with pytest.raises(NMTError, match="give hydra.sweep.dir"):
+        cli.check_sweep(["hparams_search=multi30k_optuna", "hydra.run.dir=out"], multirun=False)
+    cli.check_sweep(["hydra.run.dir=out"], multirun=False)
+
+
+@pytest.mark.parametrize(
+    ("override", "package", "extra"),
+    [
+        ("hydra/launcher=submitit_slurm", "hydra-submitit-launcher", "cluster"),
+        ("hparams_search=multi30k_optuna", "hydra-optuna-sweeper", "sweep"),
+        ("hydra/sweeper=optuna", "hydra-optuna-sweeper", "sweep"),
+    ],
+)
+def test_a_plugin_not_installed_is_named_with_its_package(monkeypatch, override, package, extra):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name.startswith("hydra_plugins") else real(name)
+    )
+    with pytest.raises(NMTError) as e:
+        cli.check_sweep([override], multirun=True)
+    assert str(e.value) == (
+        f"{override}: needs {package}, which is not installed: pip install -e '.[{extra}]' "
+        f"(or pip install {package})"
+    )
+
+
+def test_jobs_are_named_by_what_the_sweep_varies():
+    args = argparse.Namespace(
+        overrides=["experiment=toy", "trainer.max_steps=9", "optim.lr=1e-3,2e-3", "model=a,b"], multirun=True
+    )
+    (override,) = cli.job_name_overrides("train", args)
+    key, value = override.split("=", 1)
+    assert key == "hydra.job.config.override_dirname.exclude_keys"
+    excluded = value.strip("[]").split(",")
+    assert {"experiment", "trainer.max_steps", "trainer.resume", "data.cache_dir"} <= set(excluded)
+    assert "optim.lr" not in excluded and "model" not in excluded
+    assert cli.job_name_overrides("train", argparse.Namespace(overrides=["optim.lr=1"], multirun=False)) == []
