@@ -132,8 +132,8 @@ def check_sweep(overrides: list[str], multirun: bool) -> None:
     keys = {o.split("=", 1)[0].lstrip("+~"): o.split("=", 1)[-1] for o in overrides if "=" in o}
     if (multirun or "hparams_search" in keys) and "hydra.run.dir" in keys:
         raise NMTError(
-            f"hydra.run.dir={keys['hydra.run.dir']}: a sweep (-m, hparams_search) ignores it (each job goes to "
-            "hydra.sweep.dir/hydra.sweep.subdir); give hydra.sweep.dir=... instead"
+            f"hydra.run.dir={keys['hydra.run.dir']}: a sweep (-m, hparams_search) ignores it (each job goes "
+            "to hydra.sweep.dir/hydra.sweep.subdir); give hydra.sweep.dir=... instead"
         )
     wanted = [(g, keys[g], f"{g}={keys[g]}") for g in ("hydra/launcher", "hydra/sweeper") if g in keys]
     search = keys.get("hparams_search")

@@ -357,6 +357,14 @@ class PipelineConfig:
 
 
 @dataclass
+class SweepSummaryConfig:
+    """scripts/sweep_summary.py: the jobs of a sweep as a table and a CSV file."""
+
+    dir: str = MISSING  # the sweep's folder (hydra.sweep.dir), e.g. outputs/multirun/DATE/TIME
+    csv: str | None = None  # default: sweep_summary.csv in the sweep's folder
+
+
+@dataclass
 class SelectConfig:
     """scripts/select_final.py: choose the final model of a run on the validation set, never on test."""
 
