@@ -61,3 +61,14 @@ def test_jobs_are_named_by_what_the_sweep_varies():
     assert {"experiment", "trainer.max_steps", "trainer.resume", "data.cache_dir"} <= set(excluded)
     assert "optim.lr" not in excluded and "model" not in excluded
     assert cli.job_name_overrides("train", argparse.Namespace(overrides=["optim.lr=1"], multirun=False)) == []
+
+
+def test_torchrun_needs_one_run_dir_and_no_sweep(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(NMTError, match=r"^torchrun without hydra.run.dir: each rank would name its own"):
+        cli.check_torchrun(["optim.lr=1"], multirun=False)
+    with pytest.raises(NMTError, match=r"^-m under torchrun: every rank would run the whole sweep"):
+        cli.check_torchrun(["optim.lr=1,2"], multirun=True)
+    cli.check_torchrun(["hydra.run.dir=outputs/x"], multirun=False)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    cli.check_torchrun([], multirun=False)

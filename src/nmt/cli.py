@@ -54,6 +54,8 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
             try:
                 refuse_credentials(args.overrides)
                 check_sweep(args.overrides, args.multirun)
+                if name in ("train", "pipeline"):
+                    check_torchrun(args.overrides, args.multirun)
                 if args.help:
                     check_overrides(name, args.overrides)
                     print(script_help(name, args.overrides, sys.modules[fn.__module__].__doc__))
@@ -114,6 +116,23 @@ def refuse_credentials(overrides: list[str]) -> None:
                 "(they would be kept in the run's log, .hydra/ and checkpoints); use a mirror that needs "
                 "none, or fetch the files yourself into a folder and give its path (data.url=/that/folder)"
             )
+
+
+def check_torchrun(overrides: list[str], multirun: bool) -> None:
+    """Under torchrun every rank runs the script: each would run a sweep of its own, or resolve the
+    default run dir's ``${now}`` itself (ranks a second apart would train into two folders)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return
+    if multirun:
+        raise NMTError(
+            "-m under torchrun: every rank would run the whole sweep; sweep with a launcher whose jobs "
+            "have several tasks (hydra/launcher=submitit_slurm hydra.launcher.tasks_per_node=N)"
+        )
+    if not any(o.split("=", 1)[0] == "hydra.run.dir" for o in overrides):
+        raise NMTError(
+            "torchrun without hydra.run.dir: each rank would name its own run dir by the time it started; "
+            "give hydra.run.dir=outputs/NAME"
+        )
 
 
 # Hydra plugins that are optional extras: (group, option) -> (their module, their package).
