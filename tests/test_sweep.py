@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,8 @@ import pytest
 from nmt import cli
 from nmt.errors import NMTError
 from nmt.sweep import claim_run_dir
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_job_of_the_same_launch_may_not_take_another_jobs_folder(tmp_path: Path):
@@ -72,3 +76,15 @@ def test_torchrun_needs_one_run_dir_and_no_sweep(monkeypatch):
     cli.check_torchrun(["hydra.run.dir=outputs/x"], multirun=False)
     monkeypatch.setenv("WORLD_SIZE", "1")
     cli.check_torchrun([], multirun=False)
+
+
+def test_a_search_composes_with_hydras_flags_after_the_overrides():
+    """The job-name override goes among the user's overrides: argparse takes them as one block."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "train.py"), "hparams_search=multi30k_optuna",
+         "experiment=multi30k_cpu", "--cfg", "job"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "  max_minutes: 15.0\n" in done.stdout  # the search's reduced budget, over the experiment's hour

@@ -65,7 +65,10 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
             except NMTError as e:
                 print(f"error: {hide_credentials(str(e))}", file=sys.stderr)
                 sys.exit(1)
-            sys.argv[1:1] = job_name_overrides(name, args)  # before any flag: argparse takes them there
+            extra = job_name_overrides(name, args)
+            if extra:  # among the overrides: argparse takes them as one block, wherever the flags are
+                at = sys.argv.index(args.overrides[0])
+                sys.argv[at:at] = extra
             os.environ[LAUNCH_ID] = uuid.uuid4().hex[:12]  # the jobs it starts (any launcher) inherit it
             task()
 
