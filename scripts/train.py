@@ -12,7 +12,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import launch_id, script_main
-from nmt.sweep import claim_run_dir, job_result, objective, write_result
+from nmt.sweep import check_direction, claim_run_dir, job_result, objective, write_result
 from nmt.training.distributed import launched_rank
 from nmt.training.loop import train
 
@@ -23,6 +23,7 @@ def main(cfg: DictConfig) -> float:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     task = list(hydra_cfg.overrides.task)
     if hydra_cfg.mode == RunMode.MULTIRUN:
+        check_direction(hydra_cfg.sweeper.get("direction"), cfg.trainer.best_metric)
         claim_run_dir(run_dir, task, hydra_cfg.job.num, launch_id())
     overrides = [o for o in task if not o.startswith("trainer.resume=")]
     # Quoted for the shell: overrides may hold brackets (lists) or spaces (paths).

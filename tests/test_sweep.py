@@ -12,7 +12,7 @@ import pytest
 
 from nmt import cli
 from nmt.errors import NMTError
-from nmt.sweep import claim_run_dir
+from nmt.sweep import check_direction, claim_run_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,3 +88,11 @@ def test_a_search_composes_with_hydras_flags_after_the_overrides():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "  max_minutes: 15.0\n" in done.stdout  # the search's reduced budget, over the experiment's hour
+
+
+def test_a_sweeper_optimizing_the_objective_the_wrong_way_is_refused():
+    check_direction("maximize", "bleu")
+    check_direction("minimize", "loss")
+    check_direction(None, "loss")  # the basic sweeper has no direction
+    with pytest.raises(NMTError, match=r"^hydra.sweeper.direction=maximize but trainer.best_metric=loss, "):
+        check_direction("maximize", "loss")

@@ -126,6 +126,20 @@ def write_result(run_dir: Path, overrides: list[str]) -> JobResult:
     return result
 
 
+def check_direction(direction: Any, metric: str) -> None:
+    """Refuse a sweeper that would optimize the objective the wrong way (``hydra.sweeper.direction``, as
+    Optuna's takes it, against whether ``trainer.best_metric`` is higher- or lower-better)."""
+    if not isinstance(direction, str) or direction not in ("maximize", "minimize"):
+        return  # no sweeper with a direction (or several objectives)
+    higher = HIGHER_IS_BETTER[metric]
+    wanted = "maximize" if higher else "minimize"
+    if direction != wanted:
+        raise NMTError(
+            f"hydra.sweeper.direction={direction} but trainer.best_metric={metric}, the objective, is "
+            f"{'higher' if higher else 'lower'}-better: give hydra.sweeper.direction={wanted}"
+        )
+
+
 def objective(result: JobResult) -> float:
     """The value a sweeper optimizes: the best validation score (NaN when the job never validated, which
     Optuna records as a failed trial)."""
