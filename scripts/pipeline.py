@@ -8,35 +8,21 @@ Takes every setting of scripts/train.py plus ``pipeline.*`` (nmt.config.Pipeline
 run's best validation score by ``trainer.best_metric`` (a sweeper's objective: never the test score).
 """
 
-import shlex
-from pathlib import Path
-
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from nmt.cli import launch_id, script_main
+from nmt.cli import script_main
 from nmt.pipeline import run_pipeline, split_pipeline_config
-from nmt.sweep import check_direction, claim_run_dir, job_result, objective, write_result
+from nmt.sweep import end_job, start_job
 from nmt.training.distributed import launched_rank
 
 
 @script_main("pipeline")
 def main(cfg: DictConfig) -> float:
-    hydra_cfg = HydraConfig.get()
-    run_dir = Path(hydra_cfg.runtime.output_dir)
-    task = list(hydra_cfg.overrides.task)
-    if hydra_cfg.mode == RunMode.MULTIRUN:
-        check_direction(hydra_cfg.sweeper.get("direction"), cfg.trainer.best_metric)
-        claim_run_dir(run_dir, task, hydra_cfg.job.num, launch_id())
-    overrides = [o for o in task if not o.startswith("trainer.resume=")]
-    hint = shlex.join(
-        ["python", "scripts/pipeline.py", *overrides, f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
-    )
+    job = start_job("pipeline", cfg.trainer.best_metric)
     train_cfg, steps = split_pipeline_config(cfg)
     rank = launched_rank()
-    run_pipeline(train_cfg, steps, run_dir, resume_hint=hint, rank=rank)
-    return objective(write_result(run_dir, task) if rank == 0 else job_result(run_dir, task))
+    run_pipeline(train_cfg, steps, job.run_dir, resume_hint=job.resume_hint, rank=rank)
+    return end_job(job, rank)
 
 
 if __name__ == "__main__":

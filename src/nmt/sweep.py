@@ -14,21 +14,58 @@ import io
 import json
 import math
 import os
+import shlex
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from nmt.cache import atomic_write_text
 from nmt.checkpoint import load_checkpoint
+from nmt.cli import launch_id
 from nmt.config import HIGHER_IS_BETTER
 from nmt.errors import NMTError
 
 RESULT = "result.json"
 # Overrides that do not make a job another job: a relaunch adds or changes them and continues the same run.
 RELAUNCH_KEYS = ("trainer.resume", "trainer.progress")
+
+
+@dataclass
+class Job:
+    """This Hydra job (a single run or a sweep's job): where it trains and how to continue it."""
+
+    run_dir: Path
+    overrides: list[str]  # hydra.overrides.task
+    resume_hint: str  # the command that continues the run, quoted for the shell
+
+
+def start_job(script: str, best_metric: str) -> Job:
+    """The running Hydra job of ``scripts/<script>.py``; a sweep's job checks its sweeper's direction
+    and claims its folder (:func:`claim_run_dir`) before any data or model work."""
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    task = list(hydra_cfg.overrides.task)
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        check_direction(hydra_cfg.sweeper.get("direction"), best_metric)
+        claim_run_dir(run_dir, task, hydra_cfg.job.num, launch_id())
+    kept = [o for o in task if not o.startswith("trainer.resume=")]
+    # Quoted for the shell: overrides may hold brackets (lists) or spaces (paths).
+    hint = shlex.join(
+        ["python", f"scripts/{script}.py", *kept, f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
+    )
+    return Job(run_dir, task, hint)
+
+
+def end_job(job: Job, rank: int) -> float:
+    """The job's objective; rank 0 also writes its ``result.json``."""
+    return objective(
+        write_result(job.run_dir, job.overrides) if rank == 0 else job_result(job.run_dir, job.overrides)
+    )
 
 
 def job_overrides(overrides: list[str]) -> list[str]:
