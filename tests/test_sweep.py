@@ -12,7 +12,7 @@ import pytest
 
 from nmt import cli
 from nmt.errors import NMTError
-from nmt.sweep import check_direction, claim_run_dir
+from nmt.sweep import JobResult, check_direction, claim_run_dir, format_table, ranked
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,3 +96,15 @@ def test_a_sweeper_optimizing_the_objective_the_wrong_way_is_refused():
     check_direction(None, "loss")  # the basic sweeper has no direction
     with pytest.raises(NMTError, match=r"^hydra.sweeper.direction=maximize but trainer.best_metric=loss, "):
         check_direction("maximize", "loss")
+
+
+def test_jobs_are_ranked_best_first_by_their_metric():
+    def row(num: int, best: float | None, metric: str = "loss") -> JobResult:
+        return JobResult(str(num), num, "", 4, metric, best, None, None, None, 0.0, "ended")
+
+    rows = ranked([row(0, 2.0), row(1, None), row(2, 1.5), row(3, float("nan"))])
+    assert [r.num for r in rows][:2] == [2, 0]  # lower loss first; never-validated jobs last
+    assert [r.num for r in ranked([row(0, 20.0, "bleu"), row(1, 30.0, "bleu")])] == [1, 0]
+    table = format_table(rows).splitlines()
+    assert table[0].split()[:5] == ["job", "overrides", "steps", "best", "loss"]
+    assert table[1].split()[0] == "2" and len(table) == 5
