@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt import cli
+from nmt import cli, launching
 from nmt.errors import NMTError
 from nmt.sweep import JobResult, check_direction, claim_run_dir, format_table, ranked
 
@@ -27,10 +27,12 @@ def test_a_job_of_the_same_launch_may_not_take_another_jobs_folder(tmp_path: Pat
 
 def test_multirun_with_hydra_run_dir_is_refused_in_one_line():
     with pytest.raises(NMTError, match=r"^hydra.run.dir=out: a sweep \(-m, hparams_search\) ignores it"):
-        cli.check_sweep(["optim.lr=1,2", "hydra.run.dir=out"], multirun=True)
+        launching.check_sweep(["optim.lr=1,2", "hydra.run.dir=out"], multirun=True, config_dir=cli.CONFIG_DIR)
     with pytest.raises(NMTError, match="give hydra.sweep.dir"):
-        cli.check_sweep(["hparams_search=multi30k_optuna", "hydra.run.dir=out"], multirun=False)
-    cli.check_sweep(["hydra.run.dir=out"], multirun=False)
+        launching.check_sweep(
+            ["hparams_search=multi30k_optuna", "hydra.run.dir=out"], multirun=False, config_dir=cli.CONFIG_DIR
+        )
+    launching.check_sweep(["hydra.run.dir=out"], multirun=False, config_dir=cli.CONFIG_DIR)
 
 
 @pytest.mark.parametrize(
@@ -47,35 +49,40 @@ def test_a_plugin_not_installed_is_named_with_its_package(monkeypatch, override,
         importlib.util, "find_spec", lambda name: None if name.startswith("hydra_plugins") else real(name)
     )
     with pytest.raises(NMTError) as e:
-        cli.check_sweep([override], multirun=True)
+        launching.check_sweep([override], multirun=True, config_dir=cli.CONFIG_DIR)
     assert str(e.value) == (
         f"{override}: needs {package}, which is not installed: pip install -e '.[{extra}]' "
         f"(or pip install {package})"
     )
 
 
+def compose_train(overrides: list[str]):
+    return cli._compose("train", [o for o in overrides if cli._is_group_line(o)])
+
+
 def test_jobs_are_named_by_what_the_sweep_varies():
     args = argparse.Namespace(
         overrides=["experiment=toy", "trainer.max_steps=9", "optim.lr=1e-3,2e-3", "model=a,b"], multirun=True
     )
-    (override,) = cli.job_name_overrides("train", args)
+    (override,) = launching.job_name_overrides(args, compose_train)
     key, value = override.split("=", 1)
     assert key == "hydra.job.config.override_dirname.exclude_keys"
     excluded = value.strip("[]").split(",")
     assert {"experiment", "trainer.max_steps", "trainer.resume", "data.cache_dir"} <= set(excluded)
     assert "optim.lr" not in excluded and "model" not in excluded
-    assert cli.job_name_overrides("train", argparse.Namespace(overrides=["optim.lr=1"], multirun=False)) == []
+    one_run = argparse.Namespace(overrides=["optim.lr=1"], multirun=False)
+    assert launching.job_name_overrides(one_run, compose_train) == []
 
 
 def test_torchrun_needs_one_run_dir_and_no_sweep(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(NMTError, match=r"^torchrun without hydra.run.dir: each rank would name its own"):
-        cli.check_torchrun(["optim.lr=1"], multirun=False)
+        launching.check_torchrun(["optim.lr=1"], multirun=False)
     with pytest.raises(NMTError, match=r"^-m under torchrun: every rank would run the whole sweep"):
-        cli.check_torchrun(["optim.lr=1,2"], multirun=True)
-    cli.check_torchrun(["hydra.run.dir=outputs/x"], multirun=False)
+        launching.check_torchrun(["optim.lr=1,2"], multirun=True)
+    launching.check_torchrun(["hydra.run.dir=outputs/x"], multirun=False)
     monkeypatch.setenv("WORLD_SIZE", "1")
-    cli.check_torchrun([], multirun=False)
+    launching.check_torchrun([], multirun=False)
 
 
 def test_a_search_composes_with_hydras_flags_after_the_overrides():
