@@ -1,25 +1,22 @@
-"""Train a model: ``python scripts/train.py [data=local data.dir=...] [model=...] [key=value ...]``."""
+"""Train a model: ``python scripts/train.py [data=local data.dir=...] [model=...] [key=value ...]``.
 
-import shlex
-from pathlib import Path
+Returns the run's best validation score by ``trainer.best_metric``: the objective of a sweeper
+(``hparams_search=multi30k_optuna``). Under ``-m`` each job trains in its own folder (docs/training.md).
+"""
 
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
+from nmt.sweep import end_job, start_job
+from nmt.training.distributed import launched_rank
 from nmt.training.loop import train
 
 
 @script_main("train")
-def main(cfg: DictConfig) -> None:
-    hydra_cfg = HydraConfig.get()
-    run_dir = Path(hydra_cfg.runtime.output_dir)
-    overrides = [o for o in hydra_cfg.overrides.task if not o.startswith("trainer.resume=")]
-    # Quoted for the shell: overrides may hold brackets (lists) or spaces (paths).
-    hint = shlex.join(
-        ["python", "scripts/train.py", *overrides, f"hydra.run.dir={run_dir}", "trainer.resume=auto"]
-    )
-    train(OmegaConf.to_object(cfg), run_dir, resume_hint=hint)
+def main(cfg: DictConfig) -> float:
+    job = start_job("train", cfg.trainer.best_metric)
+    train(OmegaConf.to_object(cfg), job.run_dir, resume_hint=job.resume_hint)
+    return end_job(job, launched_rank())
 
 
 if __name__ == "__main__":

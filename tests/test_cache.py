@@ -3,9 +3,11 @@ it is written through."""
 
 import os
 import stat
+import threading
+import time
 from pathlib import Path
 
-from nmt.cache import atomic_write_text
+from nmt.cache import atomic_write_text, preparing
 
 
 def plant_symlinks(path: Path, victim: Path) -> None:
@@ -35,3 +37,24 @@ def test_the_file_is_replaced_whole_with_the_modes_of_a_new_file(tmp_path):
     umask = os.umask(0o022)
     os.umask(umask)
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask  # readable as any new file would be
+
+
+def test_jobs_preparing_the_same_cache_wait_for_each_other(tmp_path):
+    """Two jobs of a sweep needing the same corpus: the second waits for the first, then finds it."""
+    order = []
+
+    def job(name: str, hold: float) -> None:
+        with preparing(tmp_path / "toy"):
+            order.append(f"{name} in")
+            time.sleep(hold)
+            order.append(f"{name} out")
+
+    first = threading.Thread(target=job, args=("a", 0.5))
+    first.start()
+    while not order:
+        time.sleep(0.01)
+    second = threading.Thread(target=job, args=("b", 0.0))
+    second.start()
+    first.join()
+    second.join()
+    assert order == ["a in", "a out", "b in", "b out"]

@@ -49,13 +49,11 @@ TINY = TransformerConfig(
 )
 
 
-
 @pytest.fixture(scope="module")
 def spm_models() -> dict:
     src, text = sentencepiece_model(0, 90)
     tgt, _ = sentencepiece_model(1, 70)
     return {"joint": Tokenizer(src), "separate": Tokenizer(src, tgt), "text": text}
-
 
 
 def torch_log_probs(model: Transformer, src: list[int], tgt: list[int]) -> list[float]:

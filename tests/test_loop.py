@@ -418,3 +418,19 @@ def test_resuming_a_checkpoint_without_training_state_is_refused_before_any_data
     assert "resume from the run's last.pt or a step_N.pt" in str(e.value)
     assert str(e.value).endswith(f"train on from these weights with trainer.init_from={path}")
     assert not (tmp_path / "b").exists()
+
+
+def test_a_requeue_signal_is_handed_on_once_last_pt_is_saved():
+    """SIGUSR2 (Slurm's --signal, submitit's requeue) stops training like Ctrl-C; its own handler (the
+    launcher's requeue) runs only when the loop hands it on, after saving."""
+    seen = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: seen.append(signum))
+    try:
+        stop = loop.GracefulStop()
+        signal.raise_signal(signal.SIGUSR2)
+        assert stop.requested and seen == []  # the loop finishes its step and saves first
+        stop.pass_on()
+        assert seen == [signal.SIGUSR2]
+        assert signal.getsignal(signal.SIGINT) is not stop._handle  # the other handlers are restored too
+    finally:
+        signal.signal(signal.SIGUSR2, previous)

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Scripts whose Hydra run dir is their own output folder (under outputs/, or the run they work on).
 OWN_RUN_DIR = {
     "train",
+    "pipeline",
     "prepare_data",
     "select_final",
     *(f"benchmark{kind}" for kind in ("", "_ct2", "_decoders", "_server")),

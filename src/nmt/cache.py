@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import hashlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -16,6 +18,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
 
 
 def config_dict(cfg: Any) -> dict:
@@ -61,6 +65,25 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextmanager
+def preparing(path: Path) -> Iterator[None]:
+    """Hold the lock of the cache folder ``path`` (``path.lock`` beside it) while preparing it: jobs that
+    need the same data (a sweep's) prepare it once; the others wait, then find it cached. The lock goes
+    with the process that holds it, killed or not (flock), so a stale lock never blocks anyone."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f"{path.name}.lock"), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process preparing %s", path)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _remove_abandoned(path: Path) -> None:

@@ -30,6 +30,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from nmt.config import check_values, field_help, register_configs
 from nmt.errors import NMTError, hide_credentials
+from nmt.launching import check_sweep, check_torchrun, start_launch
 
 # The configs live beside src/ in the source tree (an editable install, as scripts/setup.sh makes, or
 # PYTHONPATH=src); a wheel installed without the source tree has no configs.
@@ -54,6 +55,9 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
             name = args.config_name or config_name
             try:
                 refuse_credentials(args.overrides)
+                check_sweep(args.overrides, args.multirun, CONFIG_DIR)
+                if name in ("train", "pipeline"):
+                    check_torchrun(args.overrides, args.multirun)
                 if args.help:
                     check_overrides(name, args.overrides)
                     with quiet_broken_pipe():
@@ -64,6 +68,7 @@ def script_main(config_name: str) -> Callable[[Callable[[DictConfig], None]], Ca
             except NMTError as e:
                 print(f"error: {hide_credentials(str(e))}", file=sys.stderr)
                 sys.exit(1)
+            start_launch(args, lambda groups: _compose(name, [g for g in groups if _is_group_line(g)]))
             task()
 
         return main
@@ -99,6 +104,10 @@ def refuse_credentials(overrides: list[str]) -> None:
                 "(they would be kept in the run's log, .hydra/ and checkpoints); use a mirror that needs "
                 "none, or fetch the files yourself into a folder and give its path (data.url=/that/folder)"
             )
+
+
+def _is_group_line(override: str) -> bool:
+    return _is_group(OverridesParser.create().parse_override(override))
 
 
 def _is_group(override: Override) -> bool:

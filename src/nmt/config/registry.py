@@ -18,6 +18,7 @@ from nmt.config.scripts import (
     EvaluateConfig,
     ExportCT2Config,
     ExportHFConfig,
+    PipelineConfig,
     PlotAttentionConfig,
     PlotCurvesConfig,
     PrepareSpeedConfig,
@@ -26,6 +27,7 @@ from nmt.config.scripts import (
     ServeBenchConfig,
     ServeConfig,
     ShortlistConfig,
+    SweepSummaryConfig,
     TranslateConfig,
 )
 from nmt.config.train import (
@@ -86,6 +88,8 @@ def register_configs() -> None:
     cs.store(name="shortlist_schema", node=ShortlistConfig)
     # Merged before the `train` config it extends, whose root schema (TrainConfig) then stays the type.
     cs.store(name="benchmark_schema", node={"bench": BenchConfig})
+    cs.store(name="pipeline_schema", node={"pipeline": PipelineConfig})
+    cs.store(name="sweep_summary_schema", node=SweepSummaryConfig)
     cs.store(group="data", name="hf_schema", node=HFDataConfig)
     cs.store(group="data", name="local_schema", node=LocalDataConfig)
     cs.store(group="data", name="multi30k_schema", node=Multi30kDataConfig)

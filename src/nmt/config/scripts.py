@@ -472,6 +472,27 @@ class AverageConfig:
 
 
 @dataclass
+class PipelineConfig:
+    """scripts/pipeline.py's steps after training (the rest of its config is scripts/train.py's)."""
+
+    average_last: int = knob(5, NON_NEGATIVE, help="newest step_N.pt averaged into averaged.pt; 0 = none")
+    alphas: list[float] = knob(
+        [], EACH_NON_NEGATIVE, help="length penalties tried on valid; [] = final.alphas"
+    )
+    test: bool = knob(
+        True, help="evaluate the chosen final.pt on the test split (eval/, and the run's TensorBoard)"
+    )
+
+
+@dataclass
+class SweepSummaryConfig:
+    """scripts/sweep_summary.py: the jobs of a sweep as a table and a CSV file."""
+
+    dir: str = knob(MISSING, help="the sweep's folder (hydra.sweep.dir), e.g. outputs/multirun/DATE/TIME")
+    csv: str | None = knob(None, help="default: sweep_summary.csv in the sweep's folder")
+
+
+@dataclass
 class SelectConfig:
     """scripts/select_final.py: choose the final model of a run on the validation set, never on test."""
 

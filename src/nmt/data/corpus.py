@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from nmt.cache import atomic_dir, config_dict, hash_key
+from nmt.cache import atomic_dir, config_dict, hash_key, preparing
 from nmt.config import DataConfig, TokenizerConfig
 from nmt.data.clean import REASONS, clean_chunk, log_dropped
 from nmt.data.sources import SPLITS, cache_key, read_lines, removes_held_out, resolve_source, source_chunks
@@ -158,17 +158,18 @@ def prepare_corpus(
     if src == tgt:
         raise NMTError(f"data.src_lang and data.tgt_lang are both {src!r}")
     workers = data_workers(data_cfg)
-    root = _prepare_text(data_cfg, progress)
-    if tokenizer is None:
-        tokenizer = train_tokenizer(
-            tok_cfg, text_path(root, "train", src), text_path(root, "train", tgt), root
+    with preparing(Path(data_cfg.cache_dir) / data_cfg.name):  # jobs of a sweep prepare it once
+        root = _prepare_text(data_cfg, progress)
+        if tokenizer is None:
+            tokenizer = train_tokenizer(
+                tok_cfg, text_path(root, "train", src), text_path(root, "train", tgt), root
+            )
+        ids_dir = _encode(root, tokenizer, src, tgt, workers, progress)
+        copies = (
+            _sample_train(root, tokenizer, tok_cfg, src, tgt, workers, progress)
+            if tok_cfg.sampling_alpha > 0
+            else []
         )
-    ids_dir = _encode(root, tokenizer, src, tgt, workers, progress)
-    copies = (
-        _sample_train(root, tokenizer, tok_cfg, src, tgt, workers, progress)
-        if tok_cfg.sampling_alpha > 0
-        else []
-    )
     meta = json.loads((root / "meta.json").read_text())
     splits = _load_splits(ids_dir, meta, src, tgt)
     summary = _summary(data_cfg, root, tokenizer, splits, meta, copies)
@@ -179,8 +180,9 @@ def prepare_ids(data_cfg: DataConfig, tokenizer: Tokenizer, progress: bool = Tru
     """Every split encoded with ``tokenizer`` (a checkpoint's), memory-mapped: the ids a training run on
     this corpus prepared (cached under the tokenizer's fingerprint), else encoded once and cached."""
     src, tgt = data_cfg.src_lang, data_cfg.tgt_lang
-    root = _prepare_text(data_cfg, progress)
-    ids_dir = _encode(root, tokenizer, src, tgt, data_workers(data_cfg), progress)
+    with preparing(Path(data_cfg.cache_dir) / data_cfg.name):
+        root = _prepare_text(data_cfg, progress)
+        ids_dir = _encode(root, tokenizer, src, tgt, data_workers(data_cfg), progress)
     return _load_splits(ids_dir, json.loads((root / "meta.json").read_text()), src, tgt)
 
 
@@ -521,4 +523,5 @@ def format_summary(summary: dict) -> str:
 
 def prepare_text(data_cfg: Any, progress: bool = True) -> Path:
     """Only the cleaned text (no tokenizer): what evaluation needs for its sources and references."""
-    return _prepare_text(data_cfg, progress)
+    with preparing(Path(data_cfg.cache_dir) / data_cfg.name):
+        return _prepare_text(data_cfg, progress)

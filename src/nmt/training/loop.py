@@ -126,7 +126,9 @@ def train_in(cfg: TrainConfig, run_dir: Path, resume_hint: str) -> dict[str, flo
             )
     # The final metrics go to TensorBoard once, when the run ends: not at each interruption.
     ended = reason != "interrupted" and progress.history
-    return finish(run, progress.history[-1] if ended else {})
+    final = finish(run, progress.history[-1] if ended else {})
+    stop.pass_on()  # last.pt is saved: a launcher's requeue signal now does what it was sent for
+    return final
 
 
 def finish(run: Run, final: dict[str, float]) -> dict[str, float]:
@@ -374,17 +376,26 @@ def write_checkpoints(run: Run, improved: bool, step_file: bool, rng: list[dict]
 
 
 class GracefulStop:
-    """SIGINT/SIGTERM set a flag; the loop finishes its step, saves ``last.pt`` and exits cleanly."""
+    """SIGINT/SIGTERM set a flag; the loop finishes its step, saves ``last.pt`` and exits cleanly.
+
+    SIGUSR2, which Slurm sends before a job's time limit (``--signal``) and on which submitit requeues
+    the job, is caught the same way, and once ``last.pt`` is saved it is raised again for the handler
+    it was meant for (:meth:`pass_on`): the requeued job continues from ``last.pt`` (trainer.resume=auto).
+    """
+
+    HANDED_ON = (signal.SIGUSR2,)
 
     def __init__(self):
         self.requested = False
+        self.received: list[int] = []
         self._previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, *self.HANDED_ON):
             with contextlib.suppress(ValueError):  # not the main thread (e.g. inside some test runners)
                 self._previous[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame) -> None:
-        if self.requested:  # a second Ctrl-C means "now"
+        self.received.append(signum)
+        if self.requested and signum not in self.HANDED_ON:  # a second Ctrl-C means "now"
             raise KeyboardInterrupt
         self.requested = True
         tqdm.write(f"{signal.Signals(signum).name} received: finishing this step and saving last.pt")
@@ -392,3 +403,10 @@ class GracefulStop:
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        self._previous = {}
+
+    def pass_on(self) -> None:
+        """Raise again, for their own handlers (restored), the signals meant for a launcher."""
+        self.restore()
+        for sig in dict.fromkeys(s for s in self.received if s in self.HANDED_ON):
+            signal.raise_signal(sig)

@@ -73,9 +73,12 @@ class Monitor:
             return
         if final:  # the run's end: hyperparameters and final metrics, once per run
             metrics = {f"hparam/{k}": v for k, v in final.items() if k != "step"}
-            # Through this writer (add_hparams would open another event file per call)
+            # Through this writer (add_hparams would open another event file per call). The session's
+            # records only, not an experiment record of its own: TensorBoard then builds the experiment
+            # of a sweep's runs from them and lists the hyperparameters that differ first.
             params = flatten({**to_container(self.cfg), **({"parent": self.parent} if self.parent else {})})
-            for record in hparams(params, metrics):
+            _experiment, *session = hparams(params, metrics)
+            for record in session:
                 self.writer.file_writer.add_summary(record)
             for key, value in metrics.items():
                 self.writer.add_scalar(key, value, int(final.get("step", 0)))
