@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from nmt.data import Batch, EncodedSplit, TokenBatchSampler, collate, drop_words
+from nmt.errors import NMTError
 from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MAX_TOKENS = 300
@@ -166,3 +167,9 @@ def test_word_dropout_replaces_input_words_by_unk_at_the_rate_asked():
         assert changed.sum() / words.sum() == pytest.approx(p, abs=0.03)
     off = drop_words(batch, 0.0, 0.0)
     assert off.src is batch.src and off.tgt_in is batch.tgt_in  # off: the very same tensors
+
+
+def test_more_processes_than_batches_is_refused_not_an_endless_epoch():
+    sampler = TokenBatchSampler(np.array([3, 3]), np.array([3, 3]), max_tokens=100, rank=1, world_size=2)
+    with pytest.raises(NMTError, match="1 batch.*fewer than the 2 processes.*trainer.max_tokens"):
+        next(iter(sampler))

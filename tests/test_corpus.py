@@ -221,3 +221,13 @@ def test_prepare_shared_multi30k(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "28,998" in result.stdout and "1,014" in result.stdout and "1,000" in result.stdout
+
+
+def test_a_training_split_entirely_in_valid_or_test_is_refused_and_nothing_cached(tmp_path):
+    cfg = local_corpus(tmp_path)
+    folder = Path(cfg.dir)
+    for lang in ("en", "de"):
+        (folder / f"train.{lang}").write_text((folder / f"valid.{lang}").read_text(encoding="utf-8"))
+    with pytest.raises(NMTError, match=r"no training pair is left to train on \(dropped: .*in_valid_test"):
+        prepare_corpus(cfg, TokenizerConfig(vocab_size=40), progress=False)
+    assert not list((tmp_path / "cache").rglob("meta.json"))

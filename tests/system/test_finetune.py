@@ -143,9 +143,9 @@ def test_the_script_refuses_a_conflict_in_one_line(toy, parent, tmp_path):
 def test_a_corpus_outside_the_parents_alphabet_is_warned_of_once(toy, parent, tmp_path, caplog):
     folder = tmp_path / "greek"
     folder.mkdir()
-    for split, n in (("train", 40), ("valid", 4), ("test", 4)):
-        (folder / f"{split}.src").write_text("αβγ δεζ ηθι\n" * n)
-        (folder / f"{split}.tgt").write_text("κλμ νξο\n" * n)
+    for split, n in (("train", 40), ("valid", 4), ("test", 4)):  # valid and test pairs are not trained on
+        (folder / f"{split}.src").write_text("αβγ δεζ ηθι\n" * n if split == "train" else "ηθι αβγ\n" * n)
+        (folder / f"{split}.tgt").write_text("κλμ νξο\n" * n if split == "train" else "νξο κλμ\n" * n)
     cfg = toy.config(
         "data=local",
         f"data.dir={folder}",

@@ -100,6 +100,12 @@ class TokenBatchSampler:
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         usable = len(batches) // self.world_size * self.world_size
+        if batches and not usable:  # an epoch without a batch for every rank would never end
+            raise NMTError(
+                f"the split makes {len(batches)} batch(es) of at most trainer.max_tokens={self.max_tokens} "
+                f"tokens, fewer than the {self.world_size} processes that each need one: use fewer "
+                "processes or a smaller trainer.max_tokens"
+            )
         return batches[self.rank : usable : self.world_size]
 
 

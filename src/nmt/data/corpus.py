@@ -274,6 +274,9 @@ def _write_split(
                 dropped[reason] += n
             bar.update(len(src))
     log_dropped(split, writer.pairs, dropped)
+    if train and writer.pairs == 0:
+        why = ", ".join(f"{n} {reason}" for reason, n in dropped.items() if n) or "the source gave none"
+        raise NMTError(f"data ({cfg.source}): no training pair is left to train on (dropped: {why})")
     return writer.pairs, dropped, writer.chunks()
 
 
