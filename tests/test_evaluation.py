@@ -24,7 +24,8 @@ TEST_DE = ["zwei hunde spielen", "", "die sonne", ""]
 
 def write_corpus(folder: Path) -> None:
     folder.mkdir()
-    for split, en, de in (("train", EN * 10, DE * 10), ("valid", EN, DE), ("test", TEST_EN, TEST_DE)):
+    valid = [line.replace(" a ", " the ") for line in EN], DE  # not a training pair: those are held out
+    for split, en, de in (("train", EN * 10, DE * 10), ("valid", *valid), ("test", TEST_EN, TEST_DE)):
         (folder / f"{split}.en").write_text("".join(f"{line}\n" for line in en), encoding="utf-8")
         (folder / f"{split}.de").write_text("".join(f"{line}\n" for line in de), encoding="utf-8")
 

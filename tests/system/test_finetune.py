@@ -225,7 +225,7 @@ def test_a_fine_tune_started_in_a_run_dir_not_its_own_is_refused(toy, tmp_path):
 
 def test_a_fine_tune_resumes_after_its_parent_is_gone(toy, tmp_path):
     """Its own checkpoint holds the tokenizer and the parent's record; run.sh re-run in the same RUN_DIR
-    does not prepare the corpus with the parent's tokenizer (prepare_data.py would read the parent)."""
+    is the pipeline job, whose training resumes from that checkpoint."""
     two_steps = (*toy.short, *toy.tiny, "trainer.valid_every=2")
     parent = toy.train(tmp_path / "parent", *two_steps, "trainer.max_steps=2").checkpoints / "last.pt"
     overrides = (*TASK_B, *two_steps, f"trainer.init_from={parent}")
@@ -237,15 +237,9 @@ def test_a_fine_tune_resumes_after_its_parent_is_gone(toy, tmp_path):
     assert resumed["progress"]["step"] == 4 and resumed["parent"] == record
 
     calls = run_sh(tmp_path / "repo", run.run_dir, f"trainer.init_from={parent}")
-    assert [call.split()[0] for call in calls] == [
-        "scripts/train.py",
-        "scripts/average_checkpoints.py",
-        "scripts/select_final.py",
-        "scripts/evaluate.py",
-    ]
-    assert run_sh(tmp_path / "repo", tmp_path / "new", "experiment=toy")[0].startswith(
-        "scripts/prepare_data.py"
-    )
+    # one job that trains (preparing through the run's own checkpoint, the parent gone) and goes on
+    assert [call.split()[0] for call in calls] == ["scripts/pipeline.py"]
+    assert f"hydra.run.dir={run.run_dir}" in calls[0]
 
 
 def run_sh(repo: Path, run_dir: Path, *args: str) -> list[str]:
