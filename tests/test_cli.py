@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt import commands
+from nmt import cli, commands
 from nmt.cli import _leaves, check_overrides, script_help
 from nmt.config import DecodingOverrides, ModelConfig, TrainerConfig, TranslateConfig, field_help
 from nmt.errors import NMTError
@@ -256,3 +256,13 @@ def test_an_override_that_does_not_parse_is_one_line_with_or_without_help(
     why = "no viable alternative at input '[a'"
     assert lines[0].startswith(f"error: data.dir=[a: cannot parse it ({why}); See ")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_without_configs_the_check_and_the_help_say_so_in_one_line(tmp_path, monkeypatch):
+    """Hydra's own errors are set aside by the override check and rewrapped by --help; ours are not."""
+    monkeypatch.setattr(cli, "CONFIG_DIR", tmp_path / "configs")
+    message = rf"^no configs at {tmp_path / 'configs'}: the commands need the source tree"
+    with pytest.raises(NMTError, match=message):
+        check_overrides("train", ["trainer.max_steps=5"])
+    with pytest.raises(NMTError, match=message):
+        script_help("train", [], None)

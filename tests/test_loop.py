@@ -14,6 +14,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
+import nmt.checkpoint as ckpt_io
 import nmt.training.loop as loop
 import nmt.training.setup as setup
 import nmt.training.validation as validation
@@ -246,6 +247,19 @@ def test_a_run_stopped_by_patience_continues_when_patience_is_raised(config, tmp
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [e.step for e in events.Scalars("valid/loss")] == [2, 4, 6, 8]
+
+
+def test_resuming_reads_the_checkpoint_once(config, tmp_path, monkeypatch):
+    """set_up reads the checkpoint it resumes once, and hands it to the fine-tune check and the restore."""
+    loop.train(config("trainer.valid_every=2", "trainer.max_steps=2"), tmp_path)
+    reads, real_load = [], ckpt_io.load_checkpoint
+    monkeypatch.setattr(
+        ckpt_io, "load_checkpoint", lambda path, *a, **k: reads.append(path) or real_load(path, *a, **k)
+    )
+    run = set_up(config("trainer.valid_every=2", "trainer.max_steps=4", "trainer.resume=auto"), tmp_path)
+    run.monitor.close({})
+    assert reads == [tmp_path / "checkpoints" / "last.pt"]
+    assert run.progress.step == 2 and run.end_reason is None
 
 
 def hparams_records(tb_dir: Path) -> int:

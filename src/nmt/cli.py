@@ -121,11 +121,16 @@ def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
 
 
+def require_configs() -> None:
+    """Refuse, in one line, to run without ``configs/``: the commands read it from the source tree."""
+    if not CONFIG_DIR.is_dir():
+        raise NMTError(f"no configs at {CONFIG_DIR}: the commands need the source tree (pip install -e .)")
+
+
 def _compose(config_name: str, groups: list[str]) -> DictConfig:
     """The script's config with the group choices ``groups`` (overrides) only, Hydra's part included."""
     register_configs()
-    if not CONFIG_DIR.is_dir():
-        raise NMTError(f"no configs at {CONFIG_DIR}: the commands need the source tree (pip install -e .)")
+    require_configs()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name, overrides=groups, return_hydra_config=True)
 
@@ -160,10 +165,9 @@ def check_overrides(config_name: str, overrides: list[str]) -> None:
     if any(g.is_sweep_override() for g in groups):  # -m data=toy,local: keys depend on the sweep's job
         return
     choices = [g.input_line for g in groups]
+    require_configs()  # a refusal of ours, before Hydra's errors are set aside below
     try:
         cfg = _compose(config_name, choices)
-    except NMTError:
-        raise
     except Exception:  # e.g. a group choice of the wrong kind: Hydra says what is wrong when it composes
         return
     for override in keys:
@@ -247,10 +251,9 @@ def script_help(config_name: str, overrides: list[str], doc: str | None) -> str:
     """The script's usage, its config groups with their options, and each of its keys with its default and
     description, choices or rule (its knob in nmt.config)."""
     groups, _ = _split(overrides)
+    require_configs()
     try:
         cfg = _compose(config_name, [g.input_line for g in groups if not g.is_sweep_override()])
-    except NMTError:
-        raise
     except Exception as e:  # Hydra's message, on one line
         raise NMTError(" ".join(str(e).split())) from None
     lines = [(doc or "").strip(), "", "Arguments are key=value overrides; --cfg job prints the whole config."]

@@ -20,7 +20,7 @@ from nmt.average import average_checkpoints
 from nmt.checkpoint import atomic_save, load_checkpoint, model_from_checkpoint, weights_digest
 from nmt.errors import NMTError
 from nmt.tokenizer import Tokenizer
-from nmt.training.init_from import fine_tune
+from nmt.training.init_from import resumed_fine_tune
 from nmt.training.loop import train
 
 pytestmark = pytest.mark.slow
@@ -195,7 +195,8 @@ def test_a_resumed_fine_tune_continues_exactly(toy, parent, tmp_path):
     assert_continues_exactly(resumed, expected)
     assert resumed["parent"] == expected["parent"]
     # resumed without init_from (its own checkpoint's tokenizer, not one trained on task B)
-    found = fine_tune(toy.config(*TASK_B), run_dir / "checkpoints" / "last.pt")
+    last = run_dir / "checkpoints" / "last.pt"
+    found = resumed_fine_tune(toy.config(*TASK_B), load_checkpoint(last), last)
     assert found is not None and found.record == resumed["parent"]
     assert (
         found.tokenizer.fingerprint

@@ -159,7 +159,7 @@ def prepare_corpus(
         raise NMTError(f"data.src_lang and data.tgt_lang are both {src!r}")
     workers = data_workers(data_cfg)
     with preparing(Path(data_cfg.cache_dir) / data_cfg.name):  # jobs of a sweep prepare it once
-        root = _prepare_text(data_cfg, progress)
+        root = _cleaned_text(data_cfg, progress)
         if tokenizer is None:
             tokenizer = train_tokenizer(
                 tok_cfg, text_path(root, "train", src), text_path(root, "train", tgt), root
@@ -181,7 +181,7 @@ def prepare_ids(data_cfg: DataConfig, tokenizer: Tokenizer, progress: bool = Tru
     this corpus prepared (cached under the tokenizer's fingerprint), else encoded once and cached."""
     src, tgt = data_cfg.src_lang, data_cfg.tgt_lang
     with preparing(Path(data_cfg.cache_dir) / data_cfg.name):
-        root = _prepare_text(data_cfg, progress)
+        root = _cleaned_text(data_cfg, progress)
         ids_dir = _encode(root, tokenizer, src, tgt, data_workers(data_cfg), progress)
     return _load_splits(ids_dir, json.loads((root / "meta.json").read_text()), src, tgt)
 
@@ -213,7 +213,14 @@ def _text_settings(cfg: DataConfig, version: int = TEXT_VERSION) -> dict:
     return cache_key(cfg, settings)
 
 
-def _prepare_text(cfg: DataConfig, progress: bool) -> Path:
+def prepare_text(cfg: DataConfig, progress: bool = True) -> Path:
+    """Only the cleaned text (no tokenizer): what evaluation needs for its sources and references, and
+    the first part of :func:`prepare_corpus`. Cached; jobs of a sweep prepare it once."""
+    with preparing(Path(cfg.cache_dir) / cfg.name):
+        return _cleaned_text(cfg, progress)
+
+
+def _cleaned_text(cfg: DataConfig, progress: bool) -> Path:
     name, cfg = cfg.name, resolve_source(cfg)
     folder = Path(cfg.cache_dir) / name
     root = folder / f"text-{hash_key(_text_settings(cfg))}"
@@ -522,9 +529,3 @@ def format_summary(summary: dict) -> str:
             f"{sampled['tokens'] / max(best, 1) - 1:+.0%} tokens per copy"
         )
     return "\n".join(lines)
-
-
-def prepare_text(data_cfg: Any, progress: bool = True) -> Path:
-    """Only the cleaned text (no tokenizer): what evaluation needs for its sources and references."""
-    with preparing(Path(data_cfg.cache_dir) / data_cfg.name):
-        return _prepare_text(data_cfg, progress)

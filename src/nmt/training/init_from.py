@@ -38,27 +38,30 @@ class FineTune:
     weights: dict[str, Any] | None  # the parent's checkpoint to start from; None when resuming
 
 
-def fine_tune(cfg: TrainConfig, resume_from: Path | None) -> FineTune | None:
-    """The parent of a ``trainer.init_from`` run, checked against ``cfg`` (None for other runs). A run
-    resumed from a fine-tune's checkpoint keeps the tokenizer and parent that checkpoint records, with
-    or without ``init_from``, which it no longer reads."""
+def fine_tune(cfg: TrainConfig) -> FineTune | None:
+    """The parent of a new ``trainer.init_from`` run, checked against ``cfg`` (None for other runs)."""
     path = cfg.trainer.init_from
-    if resume_from is not None:
-        own = ckpt_io.load_checkpoint(resume_from)
-        if path:
-            check_resumes_a_fine_tune_of(own, path, resume_from)
-            log.info(
-                "trainer.init_from=%s ignored: the run resumes from its own checkpoint %s", path, resume_from
-            )
-        if "parent" not in own:
-            return None
-        return FineTune(Tokenizer.from_state_dict(own["tokenizer"]), own["parent"], None)
     if not path:
         return None
     parent = load_parent(path)
     check_compatible(cfg, parent, path)
     record = {"path": str(Path(path).resolve()), "step": int(parent.get("progress", {}).get("step", 0))}
     return FineTune(Tokenizer.from_state_dict(parent["tokenizer"]), record, parent)
+
+
+def resumed_fine_tune(cfg: TrainConfig, own: dict[str, Any], resume_from: Path) -> FineTune | None:
+    """The parent of a run resumed from its checkpoint ``own`` (read from ``resume_from``), or None when
+    it is no fine-tune. It keeps the tokenizer and parent that checkpoint records, with or without
+    ``trainer.init_from``, which it no longer reads."""
+    path = cfg.trainer.init_from
+    if path:
+        check_resumes_a_fine_tune_of(own, path, resume_from)
+        log.info(
+            "trainer.init_from=%s ignored: the run resumes from its own checkpoint %s", path, resume_from
+        )
+    if "parent" not in own:
+        return None
+    return FineTune(Tokenizer.from_state_dict(own["tokenizer"]), own["parent"], None)
 
 
 def check_resumes_a_fine_tune_of(own: dict[str, Any], path: str, resume_from: Path) -> None:
@@ -95,7 +98,7 @@ def load_parent(path: str) -> dict[str, Any]:
 def parent_tokenizer(cfg: TrainConfig) -> Tokenizer | None:
     """The tokenizer that prepares a fine-tune's corpus (``scripts/prepare_data.py``), checked as the
     training run checks it; None without ``trainer.init_from``."""
-    found = fine_tune(cfg, None)
+    found = fine_tune(cfg)
     return found.tokenizer if found else None
 
 

@@ -11,8 +11,9 @@ import logging
 import math
 import signal
 import time
+from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from nmt.training.distributed import all_gather_object, all_reduce_sum, broadcas
 from nmt.training.lock import hold_run_dir
 from nmt.training.loss import batch_loss
 from nmt.training.schedule import learning_rate
-from nmt.training.setup import Progress, Run, early_stopping, set_up
+from nmt.training.setup import End, Ending, Progress, Run, early_stopping, set_up
 from nmt.training.validation import is_better, validate
 
 log = logging.getLogger(__name__)
@@ -46,96 +47,96 @@ def train(cfg: TrainConfig, run_dir: Path, resume_hint: str = "") -> dict[str, f
 def train_in(cfg: TrainConfig, run_dir: Path, resume_hint: str) -> dict[str, float]:
     """:func:`train`, ``run_dir`` held."""
     run = set_up(cfg, run_dir)
-    clock, progress = run.clock, run.progress
-    end_reason = run.end_reason
+    progress, clock = run.progress, run.clock
+    ended, worked = run.end_reason, progress.pending_validation
     if progress.pending_validation:  # stopped right after an update due for validation: validate it now
         if run.dist.is_main:
             log.info("step %d: validating, as the stopped run did not", progress.step)
         if not validate_and_save(run):
-            end_reason = end_reason or early_stopping(cfg.trainer.patience)
-        if end_reason is not None:
-            if run.dist.is_main:
-                log.info("stopped after %d steps: %s", progress.step, end_reason)
-            return finish(run, progress.history[-1])
-    # a finished run, re-run (trainer.resume=auto): nothing to train, validate or write
-    if end_reason is not None:
-        if run.dist.is_main:
-            log.info("nothing to do: the run already ended at step %d (%s)", progress.step, end_reason)
-        return finish(run, {})
-    stop = GracefulStop()
+            ended = ended or early_stopping(cfg.trainer.patience)
+    if ended is not None:  # a finished run, re-run (trainer.resume=auto): nothing to train
+        return end(run, ended, worked, resume_hint)
+    stop, window = GracefulStop(), Window()
     index_lists = endless_batches(run.sampler, progress, clock.budget)
-    segmentations = run.data.train_segmentations
-    word_dropout = (cfg.optim.src_word_dropout, cfg.optim.tgt_word_dropout)
-
-    def batch(epoch: int, indices: list[int]) -> Batch:
-        split = segmentations[epoch % len(segmentations)]  # the sampler batched by the same lengths
-        return drop_words(collate(split, indices, cfg.model.max_positions).to(run.device), *word_dropout)
-
-    window, reason = Window(), ""
     validated_at = progress.history[-1]["step"] if progress.history else -1
-    bar = BudgetBar(clock.budget, progress.step, clock.minutes(), run.dist.is_main and cfg.trainer.progress)
-    console = contextlib.ExitStack()
-    if run.dist.is_main and cfg.trainer.progress:  # log lines above the bar, not through it
-        console.enter_context(logging_redirect_tqdm())
     try:
-        while not reason:
-            spent = clock.fraction(progress.step)  # before this update's batches are drawn
-            micro = [next(index_lists) for _ in range(cfg.trainer.accumulate)]  # (epoch, indices) each
-            if None in micro:
-                reason = f"max_epochs={clock.budget.max_epochs} reached"
-                break
-            flags = {
-                "stop": stop.requested,
-                "out_of_time": clock.out_of_time(),
-                # the budget once this step is done: the checkpoint is written after it
-                "checkpoint": clock.checkpoint_due(progress.step + 1),
-            }
-            batches = [batch(epoch, indices) for epoch, indices in micro]
-            stats = train_step(run, batches, flags, spent)
-            progress.step += 1
-            bar.update(progress.step, clock.minutes())
-            window.add(stats)
-            if progress.step % cfg.trainer.log_every == 0:
-                log_train(run, window.flush(), bar)
-            reason = stop_reason(run, stats)
-            if reason == "interrupted":  # saved below, at once: what is due at this step is left to a resume
-                save_interrupted(run, step_file_due=stats["flags"]["checkpoint"])
-            elif progress.step % cfg.trainer.valid_every == 0 or reason:
-                validated_at = progress.step
-                if not validate_and_save(run):
-                    reason = reason or early_stopping(cfg.trainer.patience)
-            elif stats["flags"]["checkpoint"]:
-                save_checkpoints(run, improved=False, step_file=True)
-            if stats["flags"]["checkpoint"]:
-                clock.pass_marks(progress.step)
+        with display(run) as bar:
+            while ended is None:
+                spent = clock.fraction(progress.step)  # before this update's batches are drawn
+                micro = [next(index_lists) for _ in range(cfg.trainer.accumulate)]  # (epoch, indices) each
+                if None in micro:
+                    ended = Ending(End.BUDGET, f"max_epochs={clock.budget.max_epochs} reached")
+                    break
+                # the budget once this step is done decides the checkpoint: it is written after the step
+                flags = Agreed(stop.requested, clock.out_of_time(), clock.checkpoint_due(progress.step + 1))
+                stats = train_step(run, [batch(run, *indices) for indices in micro], flags, spent)
+                progress.step += 1
+                bar.update(progress.step, clock.minutes())
+                window.add(stats)
+                if progress.step % cfg.trainer.log_every == 0:
+                    log_train(run, window.flush(), bar)
+                ended, agreed = stop_reason(run, stats["flags"]), stats["flags"]
+                if ended is not None and ended.why is End.INTERRUPTED:  # what is due is left to a resume
+                    progress.pending_validation = due_for_validation(run)
+                    save(run, step_file=agreed.checkpoint or progress.pending_validation)
+                elif progress.step % cfg.trainer.valid_every == 0 or ended is not None:
+                    validated_at = progress.step
+                    if not validate_and_save(run):
+                        ended = ended or early_stopping(cfg.trainer.patience)
+                elif agreed.checkpoint:
+                    save(run, step_file=True)
+                if agreed.checkpoint:
+                    clock.pass_marks(progress.step)
     finally:
-        console.close()
-        bar.close()
         stop.restore()
-    if reason != "interrupted" and validated_at != progress.step and progress.step > 0:
+    if ended.why is not End.INTERRUPTED and validated_at != progress.step and progress.step > 0:
         validate_and_save(run)  # out of epochs between validations
-    if run.dist.is_main:
-        log.info("stopped after %d steps: %s", progress.step, reason)
-        if reason == "interrupted":
-            pending = f" (it validates step {progress.step} first)" if progress.pending_validation else ""
-            log.info(
-                "saved %s; resume with%s:\n  %s",
-                run.ckpt_dir / "last.pt",
-                pending,
-                resume_hint or f"trainer.resume={run.ckpt_dir / 'last.pt'}",
-            )
-    # The final metrics go to TensorBoard once, when the run ends: not at each interruption.
-    ended = reason != "interrupted" and progress.history
-    final = finish(run, progress.history[-1] if ended else {})
+    final = end(run, ended, True, resume_hint)
     stop.pass_on()  # last.pt is saved: a launcher's requeue signal now does what it was sent for
     return final
 
 
-def finish(run: Run, final: dict[str, float]) -> dict[str, float]:
-    """Close TensorBoard (with the final metrics as hyperparameter results) and the process group."""
+def end(run: Run, ended: Ending, worked: bool, resume_hint: str) -> dict[str, float]:
+    """Say why the run stopped, close TensorBoard and the process group; the final metrics. Those go to
+    TensorBoard (as hyperparameter results) once, when the run ends after training or validating: not at
+    an interruption, nor when a finished run is re-run."""
+    progress, interrupted = run.progress, ended.why is End.INTERRUPTED
+    if run.dist.is_main and not worked:
+        log.info("nothing to do: the run already ended at step %d (%s)", progress.step, ended)
+    elif run.dist.is_main:
+        log.info("stopped after %d steps: %s", progress.step, ended)
+    if run.dist.is_main and interrupted:
+        pending = f" (it validates step {progress.step} first)" if progress.pending_validation else ""
+        hint = resume_hint or f"trainer.resume={run.ckpt_dir / 'last.pt'}"
+        log.info("saved %s; resume with%s:\n  %s", run.ckpt_dir / "last.pt", pending, hint)
+    final = progress.history[-1] if worked and not interrupted and progress.history else {}
     run.monitor.close(final)
     cleanup(run.dist)
     return final
+
+
+@contextlib.contextmanager
+def display(run: Run) -> Iterator[BudgetBar]:
+    """The progress bar (rank 0, ``trainer.progress``), with the log lines above it, not through it."""
+    shown = run.dist.is_main and run.cfg.trainer.progress
+    bar = BudgetBar(run.clock.budget, run.progress.step, run.clock.minutes(), shown)
+    try:
+        with logging_redirect_tqdm() if shown else nullcontext():
+            yield bar
+    finally:
+        bar.close()
+
+
+def batch(run: Run, epoch: int, indices: list[int]) -> Batch:
+    """The micro-batch of ``indices``, cut from the epoch's segmentation, with words dropped."""
+    splits = run.data.train_segmentations
+    split = splits[epoch % len(splits)]  # the sampler batched by the same lengths
+    optim = run.cfg.optim
+    return drop_words(
+        collate(split, indices, run.cfg.model.max_positions).to(run.device),
+        optim.src_word_dropout,
+        optim.tgt_word_dropout,
+    )
 
 
 def endless_batches(sampler: TokenBatchSampler, progress: Progress, budget: Budget):
@@ -151,24 +152,31 @@ def endless_batches(sampler: TokenBatchSampler, progress: Progress, budget: Budg
         sampler.set_epoch(progress.epoch)
 
 
-# -------------------------------------------------------------------------------------------- a step
+@dataclass(frozen=True)
+class Agreed:
+    """What every rank must decide alike after an update: each rank's view, or-ed over the ranks."""
+
+    stop: bool = False  # a signal asked to stop (:class:`GracefulStop`)
+    out_of_time: bool = False  # trainer.max_minutes reached
+    checkpoint: bool = False  # the budget after this update reaches an averaging mark: write step_N.pt
+
+
 def train_step(
-    run: Run, batches: list[Batch], flags: dict[str, bool] | None = None, spent: float = 0.0
+    run: Run, batches: list[Batch], flags: Agreed | None = None, spent: float = 0.0
 ) -> dict[str, Any]:
     """One optimizer update over the micro-batches; returns the step's statistics.
 
-    ``flags`` (e.g. stop requested, out of time) are or-ed over ranks together with the token count,
-    in one collective, so every rank takes the same decision at the same step: ``stats["flags"]``.
-    ``spent`` is the share of the budget used before this update (``optim.schedule=linear``).
+    ``flags`` are or-ed over ranks together with the token count, in one collective, so every rank
+    takes the same decision at the same step: ``stats["flags"]``. ``spent`` is the share of the budget
+    used before this update (``optim.schedule=linear``).
     """
     cfg, dist, progress, optimizer, scaler = run.cfg, run.dist, run.progress, run.optimizer, run.scaler
-    flags = flags or {}
     tokens = sum(b.tgt_tokens for b in batches)
     # On the model's device: NCCL (GPU) cannot reduce CPU tensors; on CPU this changes nothing.
     # The budget spent so far is averaged too: clocks differ, the learning rate must not.
-    counts = torch.tensor([float(tokens), spent, *map(float, flags.values())], device=run.device)
+    counts = torch.tensor([float(tokens), spent, *map(float, astuple(flags or Agreed()))], device=run.device)
     counts = all_reduce_sum(counts, dist).tolist()
-    total_tokens, agreed = counts[0], {name: n > 0 for name, n in zip(flags, counts[2:])}
+    total_tokens, agreed = counts[0], Agreed(*(n > 0 for n in counts[2:]))
     lr = learning_rate(progress.step + 1, cfg.optim, counts[1] / dist.world_size)
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -233,16 +241,16 @@ def skip_update(progress: Progress, cfg: TrainConfig) -> None:
         )
 
 
-def stop_reason(run: Run, stats: dict[str, Any]) -> str:
-    """Why training stops after this step ("" = go on)."""
-    flags, budget = stats["flags"], run.clock.budget
-    if flags.get("stop"):
-        return "interrupted"
-    if flags.get("out_of_time"):
-        return f"time budget of {budget.max_minutes:g} minutes reached"
+def stop_reason(run: Run, flags: Agreed) -> Ending | None:
+    """Why training stops after this step (None: go on)."""
+    budget = run.clock.budget
+    if flags.stop:
+        return Ending(End.INTERRUPTED, "interrupted")
+    if flags.out_of_time:
+        return Ending(End.BUDGET, f"time budget of {budget.max_minutes:g} minutes reached")
     if budget.max_steps and run.progress.step >= budget.max_steps:
-        return f"max_steps={budget.max_steps} reached"
-    return ""
+        return Ending(End.BUDGET, f"max_steps={budget.max_steps} reached")
+    return None
 
 
 def log_train(run: Run, summary: dict[str, float], bar: BudgetBar) -> None:
@@ -299,7 +307,7 @@ def validate_and_save(run: Run) -> bool:
     """Validate, log and checkpoint on rank 0; False when early stopping says stop (all ranks agree)."""
     keep_going = True
     cfg, progress = run.cfg, run.progress
-    rng = all_gather_object(ckpt_io.rng_state(), run.dist)
+    rng = all_gather_object(ckpt_io.rng_state(), run.dist)  # as it was before validating
     if run.dist.is_main:
         result = validate(run.model, run.data, cfg, run.device, run.precision)
         metrics = {**result.metrics, "step": progress.step}
@@ -323,38 +331,33 @@ def validate_and_save(run: Run) -> bool:
             " (best)" if improved else "",
         )
         progress.pending_validation = False
-        write_checkpoints(run, improved, step_file=True, rng=rng)
+        save(run, improved=improved, step_file=True, rng=rng)
         keep_going = not (cfg.trainer.patience and progress.bad_validations >= cfg.trainer.patience)
     return bool(broadcast_object(keep_going, run.dist))
 
 
-def save_interrupted(run: Run, step_file_due: bool) -> None:
-    """Save a stopped run at once, without validating. When this update was due for validation (every
-    ``valid_every``, or the budget's last), ``last.pt`` says so and ``trainer.resume`` validates it
-    first, so that ``best.pt``, the history and the step checkpoints miss no validation. The step
-    checkpoint is written now either way: averaging gets it even if the run is never resumed."""
-    progress = run.progress
-    due = progress.step % run.cfg.trainer.valid_every == 0 or bool(run.clock.finished(progress.step))
-    progress.pending_validation = due
-    save_checkpoints(run, improved=False, step_file=step_file_due or due)
+def due_for_validation(run: Run) -> bool:
+    """Whether this update is one to validate (every ``valid_every``, or the budget's last). A run
+    stopped at once after it says so in ``last.pt``, and ``trainer.resume`` validates it first, so that
+    ``best.pt``, the history and the step checkpoints miss no validation."""
+    step = run.progress.step
+    return step % run.cfg.trainer.valid_every == 0 or bool(run.clock.finished(step))
 
 
-def save_checkpoints(run: Run, improved: bool, step_file: bool) -> None:
-    """Called on every rank (it gathers each rank's random state); rank 0 writes."""
-    rng = all_gather_object(ckpt_io.rng_state(), run.dist)
-    if run.dist.is_main:
-        write_checkpoints(run, improved, step_file, rng)
-
-
-def write_checkpoints(run: Run, improved: bool, step_file: bool, rng: list[dict]) -> None:
-    """``last.pt`` always, ``best.pt`` when improved, ``step_N.pt`` (last K kept) for averaging."""
+def save(run: Run, improved: bool = False, step_file: bool = False, rng: list[dict] | None = None) -> None:
+    """The one checkpoint writer: ``last.pt`` always, ``best.pt`` when improved, ``step_N.pt`` (last K
+    kept) for averaging. Without ``rng`` (each rank's random state) it is called on every rank, as it
+    gathers them; rank 0 writes."""
+    if rng is None:
+        rng = all_gather_object(ckpt_io.rng_state(), run.dist)
+    if not run.dist.is_main:
+        return
     if not ckpt_io.all_finite(run.model):
         raise NMTError(
             f"step {run.progress.step}: model weights are not finite; refusing to write a checkpoint"
         )
-    run.progress.elapsed_s = (
-        run.clock.elapsed_s()
-    )  # validation included: a resumed run stops where this one would
+    # validation included: a resumed run stops where this one would
+    run.progress.elapsed_s = run.clock.elapsed_s()
     state = ckpt_io.make_checkpoint(
         run.model.state_dict(),
         to_container(run.cfg),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,14 @@ from nmt.errors import NMTError
 from nmt.models import Seq2Seq, build_model, count_parameters
 from nmt.training.budget import Budget, BudgetClock
 from nmt.training.distributed import Dist, broadcast_object, init_distributed
-from nmt.training.init_from import FineTune, check_same_model, fine_tune, start, warn_unknown
+from nmt.training.init_from import (
+    FineTune,
+    check_same_model,
+    fine_tune,
+    resumed_fine_tune,
+    start,
+    warn_unknown,
+)
 from nmt.training.monitor import Monitor
 from nmt.training.precision import bf16_probe
 from nmt.training.schedule import learning_rate
@@ -62,8 +70,17 @@ class Run:
     ckpt_dir: Path
     progress: Progress
     clock: BudgetClock  # the budget, and how much of it is spent
-    end_reason: str | None  # why a resumed run has nothing left to train (None: it has); see end_reason()
+    end_reason: Ending | None  # why a resumed run has nothing left to train (None: it has); see end_reason()
     parent: dict | None = None  # a fine-tune's parent checkpoint (trainer.init_from): path, digest, step
+
+
+@dataclass
+class Resumed:
+    """The checkpoint a resumed run continues, read once."""
+
+    path: Path
+    where: str  # as refusals name it: see resume_where()
+    state: dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------------- set-up
@@ -74,18 +91,77 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
     # as the checkpoints store it: folders absolute, a hub branch as the commit read
     cfg = replace(cfg, data=pin_source(with_absolute_folders(cfg.data)))
     ckpt_dir = run_dir / "checkpoints"
-    resume_from = resume_path(cfg.trainer.resume, ckpt_dir)
-    state = resumable(resume_from) if resume_from is not None else None  # before any data or model work
-    if state is not None:
-        check_same_model(cfg, state, resume_where(cfg, resume_from))
+    resumed = read_resumed(cfg, ckpt_dir)  # before any data or model work
+    device, dist = start_process(cfg)
+    seed_everything(cfg.seed)
+    # refuses a parent that does not fit before any data is prepared
+    parent = resumed_fine_tune(cfg, resumed.state, resumed.path) if resumed else fine_tune(cfg)
+    data = prepare_on_main_first(cfg, dist, parent)
+    model, optimizer, sampler = build(cfg, data, device, dist, parent)
+    probe, min_speedup = bf16_probe(cfg, model, data, sampler, device, dist), cfg.trainer.cpu_bf16_min_speedup
+    precision, why = resolve_precision(cfg.trainer.precision, device, probe, min_speedup)
+    budget = Budget.from_config(cfg.trainer, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    progress = Progress()
+    if resumed is not None:
+        progress = restore(resumed, cfg, data, model, optimizer, scaler, sampler, dist.rank)
+    if dist.is_main:
+        log_run(cfg, model, device, dist, f"{precision} ({why})", budget)
+    clock = BudgetClock(
+        budget,
+        progress.elapsed_s,
+        progress.step,
+        epochs=lambda: progress.epoch + sampler.position / max(len(sampler), 1),
+        window=cfg.trainer.average_window,
+        count=cfg.trainer.keep_checkpoints,
+    )
+    reason = end_reason(cfg, progress, clock)
+    record = parent.record if parent else None
+    return Run(
+        cfg=cfg,
+        data=data,
+        model=model,
+        step_model=wrap_model(model, cfg, dist),
+        optimizer=optimizer,
+        scaler=scaler,
+        sampler=sampler,
+        monitor=open_monitor(run_dir, cfg, dist, progress, reason, record),
+        dist=dist,
+        device=device,
+        precision=precision,
+        ckpt_dir=ckpt_dir,
+        progress=progress,
+        clock=clock,
+        end_reason=reason,
+        parent=record,
+    )
+
+
+def read_resumed(cfg: TrainConfig, ckpt_dir: Path) -> Resumed | None:
+    """The checkpoint ``trainer.resume`` continues (None: a new run), refused unless it holds the training
+    state and the architecture of ``cfg``."""
+    path = resume_path(cfg.trainer.resume, ckpt_dir)
+    if path is None:
+        return None
+    resumed = Resumed(path, resume_where(cfg, path), resumable(path))
+    check_same_model(cfg, resumed.state, resumed.where)
+    return resumed
+
+
+def start_process(cfg: TrainConfig) -> tuple[torch.device, Dist]:
+    """The device and the process group; under torchrun each rank on its own GPU."""
     device = select_device(cfg.trainer.device)
     dist = init_distributed(device)
     if dist.enabled and device.type == "cuda":
         device = torch.device("cuda", dist.local_rank)
         torch.cuda.set_device(device)
-    seed_everything(cfg.seed)
-    parent = fine_tune(cfg, resume_from)  # refuses a parent that does not fit before any data is prepared
-    data = prepare_on_main_first(cfg, dist, parent)
+    return device, dist
+
+
+def build(
+    cfg: TrainConfig, data: PreparedData, device: torch.device, dist: Dist, parent: FineTune | None
+) -> tuple[Seq2Seq, torch.optim.Optimizer, TokenBatchSampler]:
+    """The model (a fine-tune's: with its parent's weights), its optimizer and the batch sampler."""
     tok = data.tokenizer
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).to(device)
     if parent is not None and parent.weights is not None:
@@ -102,77 +178,39 @@ def set_up(cfg: TrainConfig, run_dir: Path) -> Run:
         rank=dist.rank,
         world_size=dist.world_size,
     )
-    probe, min_speedup = bf16_probe(cfg, model, data, sampler, device, dist), cfg.trainer.cpu_bf16_min_speedup
-    precision, why = resolve_precision(cfg.trainer.precision, device, probe, min_speedup)
-    budget = Budget.from_config(cfg.trainer, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    progress = Progress()
-    if state is not None:
-        where = resume_where(cfg, resume_from)
-        ckpt_io.check_same_task(
-            where,
-            ckpt_io.checkpoint_task(state),
-            "this run's data",
-            ckpt_io.Task.of(cfg.data.src_lang, cfg.data.tgt_lang, tok),
-            "a run and the checkpoint it continues",
-        )
-        progress = restore(state, where, model, optimizer, scaler, sampler, dist.rank)
-        log.info("resumed from %s at step %d (epoch %d)", resume_from, progress.step, progress.epoch)
-    if dist.is_main:
-        log.info(
-            "model: %s parameters on %s, %d rank(s); precision %s (%s)",
-            f"{count_parameters(model):,}",
-            device,
-            dist.world_size,
-            precision,
-            why,
-        )
-        log.info("budget: %s", budget.describe())
-        log.info(
-            "effective batch: up to %d tokens per update (max_tokens %d x accumulate %d x %d ranks)",
-            cfg.trainer.max_tokens * cfg.trainer.accumulate * dist.world_size,
-            cfg.trainer.max_tokens,
-            cfg.trainer.accumulate,
-            dist.world_size,
-        )
-    clock = BudgetClock(
-        budget,
-        progress.elapsed_s,
-        progress.step,
-        epochs=lambda: progress.epoch + sampler.position / max(len(sampler), 1),
-        window=cfg.trainer.average_window,
-        count=cfg.trainer.keep_checkpoints,
+    return model, optimizer, sampler
+
+
+def log_run(
+    cfg: TrainConfig, model: Seq2Seq, device: torch.device, dist: Dist, precision: str, budget: Budget
+):
+    """The run's size, hardware, precision, budget and effective batch, in the log."""
+    log.info(
+        "model: %s parameters on %s, %d rank(s); precision %s",
+        f"{count_parameters(model):,}",
+        device,
+        dist.world_size,
+        precision,
     )
-    reason = end_reason(cfg, progress, clock)
-    # A finished run re-run writes nothing, TensorBoard included, unless its last validation is pending. A
-    # resumed one drops the events that came after its checkpoint's step, but not those of that step (its
-    # validation), hence + 1.
+    log.info("budget: %s", budget.describe())
+    log.info(
+        "effective batch: up to %d tokens per update (max_tokens %d x accumulate %d x %d ranks)",
+        cfg.trainer.max_tokens * cfg.trainer.accumulate * dist.world_size,
+        cfg.trainer.max_tokens,
+        cfg.trainer.accumulate,
+        dist.world_size,
+    )
+
+
+def open_monitor(
+    run_dir: Path, cfg: TrainConfig, dist: Dist, progress: Progress, reason: str | None, parent: dict | None
+) -> Monitor:
+    """TensorBoard, written by rank 0. A finished run re-run writes nothing, unless its last validation is
+    pending. A resumed one drops the events that came after its checkpoint's step, but not those of that
+    step (its validation), hence + 1."""
     writes = reason is None or progress.pending_validation
-    monitor = Monitor(
-        run_dir,
-        cfg,
-        dist.is_main and writes,
-        purge_step=progress.step + 1 if progress.step else None,
-        parent=parent.record if parent else None,
-    )
-    return Run(
-        cfg=cfg,
-        data=data,
-        model=model,
-        step_model=wrap_model(model, cfg, dist),
-        optimizer=optimizer,
-        scaler=scaler,
-        sampler=sampler,
-        monitor=monitor,
-        dist=dist,
-        device=device,
-        precision=precision,
-        ckpt_dir=ckpt_dir,
-        progress=progress,
-        clock=clock,
-        end_reason=reason,
-        parent=parent.record if parent else None,
-    )
+    purge_step = progress.step + 1 if progress.step else None
+    return Monitor(run_dir, cfg, dist.is_main and writes, purge_step=purge_step, parent=parent)
 
 
 def resume_where(cfg: TrainConfig, resume_from: Path | None) -> str:
@@ -181,18 +219,38 @@ def resume_where(cfg: TrainConfig, resume_from: Path | None) -> str:
     return f"trainer.resume={cfg.trainer.resume}{auto}"
 
 
-def end_reason(cfg: TrainConfig, progress: Progress, clock: BudgetClock) -> str | None:
+class End(Enum):
+    """Why training stops, or why a resumed run has nothing left to train."""
+
+    INTERRUPTED = "interrupted"  # a signal: saved at once, for trainer.resume to go on
+    BUDGET = "budget"  # trainer.max_steps, max_epochs or max_minutes reached
+    EARLY_STOPPING = "early stopping"  # trainer.patience validations without improvement
+
+
+@dataclass(frozen=True)
+class Ending:
+    """An :class:`End` and its account for the log (``max_steps=200 reached``)."""
+
+    why: End
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def end_reason(cfg: TrainConfig, progress: Progress, clock: BudgetClock) -> Ending | None:
     """Why the run has nothing left to train (None: it has): its budget is spent, or early stopping ended
     it. Both are judged by the current config, so raising the budget or ``trainer.patience`` continues
     a resumed run, while re-running the same command does nothing."""
     patience = cfg.trainer.patience
     if patience and progress.bad_validations >= patience:
         return early_stopping(patience)
-    return clock.finished(progress.step) or None
+    spent = clock.finished(progress.step)
+    return Ending(End.BUDGET, spent) if spent else None
 
 
-def early_stopping(patience: int) -> str:
-    return f"early stopping: no improvement in {patience} validations"
+def early_stopping(patience: int) -> Ending:
+    return Ending(End.EARLY_STOPPING, f"early stopping: no improvement in {patience} validations")
 
 
 # ---------------------------------------------------------------------------------- set-up helpers
@@ -306,7 +364,25 @@ def resumable(path: Path) -> dict[str, Any]:
     return state
 
 
-def restore(state: dict[str, Any], where: str, model, optimizer, scaler, sampler, rank: int) -> Progress:
+def restore(
+    resumed: Resumed,
+    cfg: TrainConfig,
+    data: PreparedData,
+    model: Seq2Seq,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    sampler: TokenBatchSampler,
+    rank: int,
+) -> Progress:
+    """Put the checkpoint's weights and training state into the run's objects; its progress record."""
+    state, where = resumed.state, resumed.where
+    ckpt_io.check_same_task(
+        where,
+        ckpt_io.checkpoint_task(state),
+        "this run's data",
+        ckpt_io.Task.of(cfg.data.src_lang, cfg.data.tgt_lang, data.tokenizer),
+        "a run and the checkpoint it continues",
+    )
     ckpt_io.load_model_state(model, state, where=where)
     optimizer.load_state_dict(state["optimizer"])
     scaler.load_state_dict(state["scaler"])
@@ -318,4 +394,6 @@ def restore(state: dict[str, Any], where: str, model, optimizer, scaler, sampler
         log.warning(
             "rank %d: no saved random state (the run had %d rank(s)); resuming anyway", rank, len(rng)
         )
-    return Progress(**state["progress"])
+    progress = Progress(**state["progress"])
+    log.info("resumed from %s at step %d (epoch %d)", resumed.path, progress.step, progress.epoch)
+    return progress
