@@ -394,7 +394,7 @@ def test_a_request_whose_client_left_is_not_decoded(slow, defaults, sentences):
             time.sleep(0.3)  # queued behind the slow request
         assert busy.result()[0] == 200
         time.sleep(0.5)
-        dropped = app.state.metrics.registry.get_sample_value(
+        dropped = app.state.service.metrics.registry.get_sample_value(
             "nmt_requests_dropped_total", {"reason": "disconnected"}
         )
     assert dropped == 1
@@ -413,7 +413,7 @@ def test_an_app_served_twice_still_translates(slow, defaults, sentences):
 
 
 def test_a_dead_worker_is_reported_and_started_again(client, good):
-    batcher = client.app.state.batcher
+    batcher = client.app.state.service.batcher
     restarts = metric(client, "nmt_worker_restarts_total", reason="crash")
     os.kill(batcher.workers[0].process.pid, signal.SIGKILL)
     time.sleep(0.2)
