@@ -264,7 +264,7 @@ def test_the_translator_reads_the_shortlist_once_and_decodes_over_it(tmp_path, m
     assert len(reads) == 1  # read when the settings are checked, before any decoding
     lines = EN[:4]
     for _ in range(2):
-        for source, hyps in zip(translator.encode(lines), translator.hypotheses(lines, decoding)):
+        for source, hyps in zip(translator.encode(lines), translator.translations(lines, decoding).nbest):
             assert all(set(h.tokens) <= set(shortlist.select([source])) for h in hyps)
     assert len(reads) == 1
 

@@ -249,18 +249,6 @@ class Translator:
         nbest = self.search(ids, decoding, progress, forced)
         return Translations(ids, nbest, self.best(nbest))
 
-    def hypotheses(
-        self,
-        lines: Sequence[str],
-        decoding: DecodingConfig,
-        progress: bool = False,
-        first_line: int = 1,
-        prefixes: Sequence[str] | None = None,
-    ) -> list[list[Hypothesis]]:
-        """n-best lists of every line (an empty line without a prefix gets an empty list), each starting
-        with its line's target prefix when ``prefixes`` are given."""
-        return self.translations(lines, decoding, progress, first_line, prefixes).nbest
-
     def search(
         self,
         ids: Sequence[Sequence[int]],

@@ -31,9 +31,10 @@ from nmt.shortlist_builder import build_shortlist
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
+from live_service import serve_in_thread  # noqa: E402
 
 from nmt.serve import create_app  # noqa: E402
-from nmt.serve.live import free_port, serve_in_thread  # noqa: E402
+from nmt.serve.live import free_port  # noqa: E402
 from nmt.serve.work import TranslatorSpec  # noqa: E402
 from nmt.translator import Translator  # noqa: E402
 
@@ -97,7 +98,7 @@ def test_translate_answers_what_the_translator_answers(client, translator, sente
         body = response.json()
         decoding = translator.decoding_with(DecodingOverrides(**settings))
         assert body["decoding"] == asdict(decoding) and body["backend"] == "torch"
-        expected = translator.hypotheses([*sentences[:5], ""], decoding)
+        expected = translator.translations([*sentences[:5], ""], decoding).nbest
         for got, nbest in zip(body["translations"], expected):
             texts = translator.texts(nbest)
             assert [h["text"] for h in got["nbest"]] == texts and len(texts) == decoding.nbest * bool(nbest)
