@@ -24,8 +24,8 @@ from nmt.errors import NMTError
 from nmt.models import Seq2Seq
 from nmt.models.base import OutputVocab
 from nmt.models.ensemble import Ensemble
+from nmt.serve.batch_decoding import ScoreSettings, translate_batch
 from nmt.serve.requests import TranslateRequest
-from nmt.serve.work import ScoreSettings, translate_batch
 from nmt.shortlist import SPECIALS, Shortlist
 from nmt.shortlist_builder import build_shortlist
 from nmt.special import BOS_ID, EOS_ID, PAD_ID

@@ -192,7 +192,7 @@ def test_one_sentence_of_a_served_batch_cannot_fail_the_others(translator):
     """Requests batched together by the service (same settings, same prefixes): an empty source with a
     prefix and attention is answered beside the others, and a request the backend refuses gets its
     refusal alone while the others of its batch are translated."""
-    from nmt.serve.work import TranslateSettings, translate_batch
+    from nmt.serve.batch_decoding import TranslateSettings, translate_batch
 
     decoding = replace(DECODING, nbest=1)
     prefix = translator.encode_targets(["die"])
@@ -263,7 +263,7 @@ def test_a_served_request_is_searched_in_parts_that_fit_the_memory_limit(transla
     """serve.max_search_mb in the worker: the sentences of a batch are searched as many at a time as fit
     together (a sentence over it alone, alone), and get the translations one search gives them, their
     scores within float rounding (:func:`same_translations`)."""
-    from nmt.serve.work import TranslateSettings, translate_batch
+    from nmt.serve.batch_decoding import TranslateSettings, translate_batch
 
     class Counting:
         name = "counting"

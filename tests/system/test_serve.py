@@ -34,8 +34,8 @@ from fastapi.testclient import TestClient  # noqa: E402
 from live_service import serve_in_thread  # noqa: E402
 
 from nmt.serve import create_app  # noqa: E402
+from nmt.serve.batch_decoding import TranslatorSpec  # noqa: E402
 from nmt.serve.live import free_port  # noqa: E402
-from nmt.serve.work import TranslatorSpec  # noqa: E402
 from nmt.translator import Translator  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -37,6 +37,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nmt.config import DecodingConfig, ServerLimits
 from nmt.devices import select_device, usable_cores
 from nmt.errors import NMTError
+from nmt.serve.batch_decoding import (
+    JobResult,
+    ScoreSettings,
+    TranslateSettings,
+    TranslatorSpec,
+    load_work,
+    translate_batch,
+)
 from nmt.serve.batcher import Batcher, Job, QueueFull
 from nmt.serve.limits import (
     BadRequest,
@@ -52,14 +60,6 @@ from nmt.serve.limits import (
 )
 from nmt.serve.requests import ScoreRequest, TranslateRequest, parse_request, parse_score
 from nmt.serve.telemetry import ServiceMetrics
-from nmt.serve.work import (
-    JobResult,
-    ScoreSettings,
-    TranslateSettings,
-    TranslatorSpec,
-    load_work,
-    translate_batch,
-)
 from nmt.serve.workers import InlineWorker, Refused, ServerStopping, Worker, WorkerFailed, WorkerTimeout
 from nmt.translator import Translator
 
