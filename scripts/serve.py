@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import script_main
 from nmt.serve import create_app, listen, served_url, trusted_hosts
-from nmt.serve.work import TranslatorSpec
+from nmt.serve.batch_decoding import TranslatorSpec
 
 
 @script_main("serve")

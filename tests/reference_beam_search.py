@@ -17,7 +17,7 @@ from nmt.models.base import Seq2Seq
 from nmt.special import BOS_ID, EOS_ID
 
 
-def _force_eos(log_probs: Tensor, rows: Tensor) -> None:
+def _only_eos(log_probs: Tensor, rows: Tensor) -> None:
     """Rows that reached their length budget may only end."""
     if rows.any():
         eos = log_probs[rows, EOS_ID].clone()
@@ -39,7 +39,7 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) 
     while alive.numel():
         log_probs, state = model.step(tokens, state)
         log_probs = mask_logits(log_probs, cfg.no_unk)
-        _force_eos(log_probs, budget[alive] <= step)
+        _only_eos(log_probs, budget[alive] <= step)
         best, tokens = log_probs.max(dim=-1)
         for sent, tok, lp in zip(alive.tolist(), tokens.tolist(), best.tolist()):
             log_prob[sent] += lp
@@ -80,7 +80,7 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, limit: int) ->
         log_probs, state = model.step(tokens, state)
         log_probs = mask_logits(log_probs, cfg.no_unk)
         at_budget = torch.tensor([budget[s] <= step for s in alive], device=device).repeat_interleave(k)
-        _force_eos(log_probs, at_budget)
+        _only_eos(log_probs, at_budget)
         vocab = log_probs.size(-1)
         total = (scores[:, :, None] + log_probs.view(n, k, vocab)).view(n, k * vocab)
         top_scores, top_ids = total.topk(min(2 * k, k * vocab), dim=1)

@@ -9,7 +9,7 @@ import pytest
 from nmt.config import ServerLimits
 from nmt.devices import usable_cores
 from nmt.serve.app import make_workers
-from nmt.serve.work import TranslatorSpec
+from nmt.serve.batch_decoding import TranslatorSpec
 
 
 @pytest.fixture

@@ -266,7 +266,7 @@ def test_card_header_is_yaml_that_reads_back_and_publishes_no_local_path(tmp_pat
     card = model_card(TrainConfig(data=data, model=TINY), facts, "hf")
     assert ModelCard(card).data.language == languages
     assert "the corpus corpus" in card and "data.dir=.../corpus" in card and "secret" not in card
-    hub = HFDataConfig(src_lang="de", tgt_lang="en")
+    hub = HFDataConfig(path="wmt/wmt14", config_name="de-en", src_lang="de", tgt_lang="en")
     card = model_card(TrainConfig(data=hub, model=TINY), facts, "hf")
     assert f"wmt/wmt14 (de-en, revision {hub.revision})" in card
 

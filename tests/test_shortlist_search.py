@@ -24,8 +24,8 @@ from nmt.errors import NMTError
 from nmt.models import Seq2Seq
 from nmt.models.base import OutputVocab
 from nmt.models.ensemble import Ensemble
+from nmt.serve.batch_decoding import ScoreSettings, translate_batch
 from nmt.serve.requests import TranslateRequest
-from nmt.serve.work import ScoreSettings, translate_batch
 from nmt.shortlist import SPECIALS, Shortlist
 from nmt.shortlist_builder import build_shortlist
 from nmt.special import BOS_ID, EOS_ID, PAD_ID
@@ -264,7 +264,7 @@ def test_the_translator_reads_the_shortlist_once_and_decodes_over_it(tmp_path, m
     assert len(reads) == 1  # read when the settings are checked, before any decoding
     lines = EN[:4]
     for _ in range(2):
-        for source, hyps in zip(translator.encode(lines), translator.hypotheses(lines, decoding)):
+        for source, hyps in zip(translator.encode(lines), translator.translations(lines, decoding).nbest):
             assert all(set(h.tokens) <= set(shortlist.select([source])) for h in hyps)
     assert len(reads) == 1
 

@@ -107,7 +107,7 @@ class Recorder:
 # ------------------------------------------------------------------------------------ lines in, lines out
 def test_empty_lines_stay_empty_and_are_not_decoded(translator):
     lines = ["the cat sees it", "", "   ", "the dog sees us near the house"]
-    hyps = translator.hypotheses(lines, DECODING)
+    hyps = translator.translations(lines, DECODING).nbest
     assert [len(h) for h in hyps] == [2, 0, 0, 2]
     out = translator.translate(lines, DECODING)
     assert out[1] == out[2] == "" and len(out) == 4
@@ -192,7 +192,7 @@ def test_one_sentence_of_a_served_batch_cannot_fail_the_others(translator):
     """Requests batched together by the service (same settings, same prefixes): an empty source with a
     prefix and attention is answered beside the others, and a request the backend refuses gets its
     refusal alone while the others of its batch are translated."""
-    from nmt.serve.work import TranslateSettings, translate_batch
+    from nmt.serve.batch_decoding import TranslateSettings, translate_batch
 
     decoding = replace(DECODING, nbest=1)
     prefix = translator.encode_targets(["die"])
@@ -263,7 +263,7 @@ def test_a_served_request_is_searched_in_parts_that_fit_the_memory_limit(transla
     """serve.max_search_mb in the worker: the sentences of a batch are searched as many at a time as fit
     together (a sentence over it alone, alone), and get the translations one search gives them, their
     scores within float rounding (:func:`same_translations`)."""
-    from nmt.serve.work import TranslateSettings, translate_batch
+    from nmt.serve.batch_decoding import TranslateSettings, translate_batch
 
     class Counting:
         name = "counting"
@@ -370,8 +370,8 @@ def test_workers_decode_in_processes_what_one_process_decodes(checkpoint, transl
     ):
         decoding = translator.decoding_with(overrides)
         for given in (None, prefixes):
-            here = translator.hypotheses(lines, decoding, prefixes=given)
-            there = parallel.hypotheses(lines, parallel.decoding_with(overrides), prefixes=given)
+            here = translator.translations(lines, decoding, prefixes=given).nbest
+            there = parallel.translations(lines, parallel.decoding_with(overrides), prefixes=given).nbest
             assert [[h.tokens for h in hs] for hs in there] == [[h.tokens for h in hs] for hs in here]
             for mine, theirs in zip(here, there):
                 assert [h.score for h in theirs] == pytest.approx([h.score for h in mine], abs=1e-5)
@@ -382,13 +382,13 @@ def test_workers_decode_in_processes_what_one_process_decodes(checkpoint, transl
     failing = parallel.decoding_with(DecodingOverrides(beam_size=2, max_tokens=60, shortlist=str(other)))
     other.unlink()  # read here by decoding_with; the workers read it at their first use
     with pytest.raises(NMTError, match="a decoding worker failed: shortlist not found"):
-        parallel.hypotheses(lines, failing)
+        parallel.translations(lines, failing)
     plain = translator.decoding_with(DecodingOverrides(beam_size=2, max_tokens=60))
-    again, alone = parallel.hypotheses(lines, plain), translator.hypotheses(lines, plain)
+    again, alone = parallel.translations(lines, plain).nbest, translator.translations(lines, plain).nbest
     assert [[h.tokens for h in hs] for hs in again] == [[h.tokens for h in hs] for hs in alone]
     parallel.backend.close()
     with pytest.raises(NMTError, match="the decoding worker processes were closed"):
-        parallel.hypotheses(lines, plain)
+        parallel.translations(lines, plain)
 
 
 def test_a_worker_killed_between_batches_is_started_again_and_nothing_is_lost(checkpoint, translator):
@@ -398,7 +398,7 @@ def test_a_worker_killed_between_batches_is_started_again_and_nothing_is_lost(ch
         pytest.skip("two decoding processes need two CPU cores")
     lines = [EN[i % len(EN)] + " and" * (i % 5) for i in range(40)]
     decoding = translator.decoding_with(DecodingOverrides(beam_size=3, max_tokens=60))  # many batches
-    expected = [[h.tokens for h in hs] for hs in translator.hypotheses(lines, decoding)]
+    expected = [[h.tokens for h in hs] for hs in translator.translations(lines, decoding).nbest]
     parallel = Translator.from_checkpoint(str(checkpoint), CPU, workers=2)
     backend = parallel.backend
     receive, killed = backend._receive, []
@@ -413,11 +413,11 @@ def test_a_worker_killed_between_batches_is_started_again_and_nothing_is_lost(ch
 
     try:
         backend._receive = receive_then_die
-        assert [[h.tokens for h in hs] for hs in parallel.hypotheses(lines, decoding)] == expected
+        assert [[h.tokens for h in hs] for hs in parallel.translations(lines, decoding).nbest] == expected
         del backend._receive
         os.kill(backend.processes[backend.conns[1]].pid, signal.SIGKILL)  # between two calls
         backend.processes[backend.conns[1]].join()
-        assert [[h.tokens for h in hs] for hs in parallel.hypotheses(lines, decoding)] == expected
+        assert [[h.tokens for h in hs] for hs in parallel.translations(lines, decoding).nbest] == expected
         alive = [p for p in backend.processes.values() if p.is_alive()]
         assert len(killed) == 1 and len(alive) == 2 and killed[0] not in {p.pid for p in alive}
     finally:
@@ -450,7 +450,7 @@ def test_info_describes_model_vocabulary_languages_backend_and_step(translator):
 def test_attention_of_a_hypothesis_per_layer_and_head(translator):
     text = "the dog sees me"
     src = translator.encode([text])[0]
-    hyp = translator.hypotheses([text], DECODING)[0][0].tokens
+    hyp = translator.translations([text], DECODING).nbest[0][0].tokens
     cross = translator.attention(text, hyp)
     assert cross.weights.shape == (1, 2, len(hyp) + 1, len(src) + 1)  # tiny_transformer: 1 layer, 2 heads
     torch.testing.assert_close(cross.weights.sum(-1), torch.ones(cross.weights.shape[:-1]))
@@ -531,7 +531,7 @@ def test_translating_and_serving_never_import_matplotlib(checkpoint, tmp_path):
         "import nmt.serve.app, nmt.evaluation\n"
         "from nmt.translator import Translator\n"
         f"t = Translator.from_checkpoint({str(checkpoint)!r}, torch.device('cpu'))\n"
-        "hyp = t.hypotheses(['the cat sees it'], t.cfg.decoding)[0][0]\n"
+        "hyp = t.translations(['the cat sees it'], t.cfg.decoding).nbest[0][0]\n"
         "t.attention('the cat sees it', hyp.tokens), t.info()\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n"
     )

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
+
 from nmt.config import (
     CompareAlignmentsConfig,
     DecodingConfig,
@@ -26,7 +28,7 @@ from nmt.devices import select_device
 from nmt.errors import NMTError, count_mismatch
 from nmt.metrics import CorpusScore, OutputStats, corpus_scores, output_stats, scores_by_length
 from nmt.outputs import check_output_file
-from nmt.translator import Hypothesis, Translator
+from nmt.translator import Hypothesis, Translations, Translator
 
 
 @dataclass
@@ -70,20 +72,10 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     check_values(cfg.eval, "eval.")  # as a script checks it at start: a typo must not cost a whole decode
     check_eval_out(cfg)
     device = select_device(cfg.device)
-    threads = (cfg.ct2_inter_threads, cfg.ct2_intra_threads)
-    translator = Translator.from_checkpoint(
-        cfg.checkpoint, device, cfg.backend, cfg.ct2_model, threads, workers=cfg.workers
-    )
-    if cfg.alignments:
-        translator.require_attention("alignments=true")  # before the decode
-        translator.check_alignment_layer(cfg.alignment_layer)
+    translator = evaluation_translator(cfg, device)
     decoding = translator.decoding_with(cfg.decoding)
     sources, refs, test_name = evaluation_text(cfg, translator.cfg)
-    prefixes = None
-    if cfg.prefix_file:
-        prefixes = read_lines(Path(cfg.prefix_file))
-        if mismatch := count_mismatch(len(prefixes), len(sources), "lines", "source"):
-            raise NMTError(f"prefix_file={cfg.prefix_file} has {mismatch} (an empty line for none)")
+    prefixes = read_prefixes(cfg, len(sources))
     started = time.perf_counter()
     done = translator.translations(sources, decoding, progress=True, prefixes=prefixes)
     ids, hyps, hyp_text = done.sources, done.nbest, done.texts
@@ -93,19 +85,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     paths = checkpoint_paths(cfg.checkpoint)
     stem = output_stem(cfg, paths, test_name, decoding, translator.cfg.decoding, (sources, refs))
     hyp_path = Path(cfg.eval.out) if cfg.eval.out else out_dir / f"{stem}.hyp"
-    hyp_path.parent.mkdir(parents=True, exist_ok=True)
-    hyp_path.write_text("".join(h + "\n" for h in hyp_text), encoding="utf-8")
-    if decoding.nbest > 1:
-        write_nbest(hyp_path.with_suffix(".nbest"), hyps, translator)
-    if not cfg.alignments:
-        align_path = None
-    elif cfg.alignment_layer is None:
-        align_path = hyp_path.with_suffix(".align")
-    else:  # another layer, other alignments: a file of their own
-        align_path = hyp_path.with_suffix(f".layer{cfg.alignment_layer}.align")
-    if align_path is not None:
-        aligned = translator.align(ids, done.best_tokens, cfg.alignment_layer, decoding.max_tokens)
-        align_path.write_text("".join(a.pharaoh() + "\n" for a in aligned), encoding="utf-8")
+    align_path = write_outputs(cfg, translator, done, decoding, hyp_path)
     out_tokens = sum(len(h[0].tokens) + 1 for h in hyps if h)
     report = EvalReport(
         checkpoint=" + ".join(str(Path(p).resolve()) for p in paths),
@@ -123,9 +103,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
         backend=translator.backend.name,
         step=translator.step,
         outputs=output_stats(sources, hyp_text, refs),
-        by_length=scores_by_length([len(s) for s in ids], hyp_text, refs, metrics=cfg.eval.metrics)
-        if cfg.eval.by_length
-        else None,
+        by_length=length_scores(cfg, ids, hyp_text, refs),
         alignments=str(align_path) if align_path is not None else None,
         prefixes=str(Path(cfg.prefix_file).resolve()) if cfg.prefix_file else None,
         ct2_model=str(Path(cfg.ct2_model).resolve()) if cfg.backend == "ct2" and cfg.ct2_model else None,
@@ -137,6 +115,58 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
             Path(cfg.eval.tb_dir), test_name, scores, report.step or 0, report.by_length
         )
     return report
+
+
+def evaluation_translator(cfg: EvaluateConfig, device: torch.device) -> Translator:
+    """The checkpoint's Translator on ``device``; with ``alignments``, checked before the decode that
+    it has the attention and the layer they are read from."""
+    threads = (cfg.ct2_inter_threads, cfg.ct2_intra_threads)
+    translator = Translator.from_checkpoint(
+        cfg.checkpoint, device, cfg.backend, cfg.ct2_model, threads, workers=cfg.workers
+    )
+    if cfg.alignments:
+        translator.require_attention("alignments=true")  # before the decode
+        translator.check_alignment_layer(cfg.alignment_layer)
+    return translator
+
+
+def read_prefixes(cfg: EvaluateConfig, sources: int) -> list[str] | None:
+    """The lines of ``prefix_file``, one per source line (None without one)."""
+    if not cfg.prefix_file:
+        return None
+    prefixes = read_lines(Path(cfg.prefix_file))
+    if mismatch := count_mismatch(len(prefixes), sources, "lines", "source"):
+        raise NMTError(f"prefix_file={cfg.prefix_file} has {mismatch} (an empty line for none)")
+    return prefixes
+
+
+def write_outputs(
+    cfg: EvaluateConfig, translator: Translator, done: Translations, decoding: DecodingConfig, hyp_path: Path
+) -> Path | None:
+    """Write the hypotheses to ``hyp_path``, the n-best lists beside them (``decoding.nbest`` > 1) and,
+    with ``alignments``, their word alignments; the alignments' path, or None."""
+    hyp_path.parent.mkdir(parents=True, exist_ok=True)
+    hyp_path.write_text("".join(h + "\n" for h in done.texts), encoding="utf-8")
+    if decoding.nbest > 1:
+        write_nbest(hyp_path.with_suffix(".nbest"), done.nbest, translator)
+    if not cfg.alignments:
+        return None
+    if cfg.alignment_layer is None:
+        align_path = hyp_path.with_suffix(".align")
+    else:  # another layer, other alignments: a file of their own
+        align_path = hyp_path.with_suffix(f".layer{cfg.alignment_layer}.align")
+    aligned = translator.align(done.sources, done.best_tokens, cfg.alignment_layer, decoding.max_tokens)
+    align_path.write_text("".join(a.pharaoh() + "\n" for a in aligned), encoding="utf-8")
+    return align_path
+
+
+def length_scores(
+    cfg: EvaluateConfig, ids: list[list[int]], hyp_text: list[str], refs: list[str]
+) -> list[dict] | None:
+    """The scores per source-length bucket, with ``eval.by_length``."""
+    if not cfg.eval.by_length:
+        return None
+    return scores_by_length([len(s) for s in ids], hyp_text, refs, metrics=cfg.eval.metrics)
 
 
 def output_stem(

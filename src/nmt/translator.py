@@ -7,7 +7,7 @@ them reaches below it. Text becomes translations on one path, :meth:`Translator.
 
 Besides translating: target prefixes that translations must start with (:meth:`Translator.encode_prefixes`),
 the model's score of given translations (:meth:`Translator.score`, one forward pass, no search) and word
-alignments read off the cross-attention (:meth:`Translator.align`, :mod:`nmt.alignment`).
+alignments read off the cross-attention (:meth:`Translator.align`, :mod:`nmt.word_alignment`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from nmt.alignment import WordAlignment, attention_links, cross_attention_batches, resolve_layer, words
 from nmt.attention_maps import CrossAttention
 from nmt.backends import Backend, TorchBackend, check_backend, no_attention, open_backend
 from nmt.config import (
@@ -38,6 +37,7 @@ from nmt.loading import load_models
 from nmt.models import Seq2Seq, count_parameters
 from nmt.models.ensemble import Ensemble
 from nmt.tokenizer import Tokenizer
+from nmt.word_alignment import WordAlignment, attention_links, cross_attention_batches, resolve_layer, words
 
 __all__ = [  # what callers get
     "CrossAttention",
@@ -248,18 +248,6 @@ class Translator:
         forced = None if prefixes is None else self.encode_prefixes(ids, prefixes, decoding, first_line)
         nbest = self.search(ids, decoding, progress, forced)
         return Translations(ids, nbest, self.best(nbest))
-
-    def hypotheses(
-        self,
-        lines: Sequence[str],
-        decoding: DecodingConfig,
-        progress: bool = False,
-        first_line: int = 1,
-        prefixes: Sequence[str] | None = None,
-    ) -> list[list[Hypothesis]]:
-        """n-best lists of every line (an empty line without a prefix gets an empty list), each starting
-        with its line's target prefix when ``prefixes`` are given."""
-        return self.translations(lines, decoding, progress, first_line, prefixes).nbest
 
     def search(
         self,

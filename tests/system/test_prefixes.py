@@ -48,12 +48,12 @@ def translator(request, toy_run) -> Translator:
 @pytest.mark.parametrize("beam_size", [1, 5])
 def test_the_start_of_the_translation_as_prefix_changes_nothing(translator, sources, beam_size):
     decoding = translator.decoding_with(DecodingOverrides(beam_size=beam_size))
-    free = translator.hypotheses(sources, decoding)
+    free = translator.translations(sources, decoding).nbest
     texts = translator.best(free)
     starts = [h[0].tokens[: len(h[0].tokens) // 2] for h in free]  # the first k subwords
     prefixes = translator.tokenizer.decode_tgt(starts)
     assert translator.encode_targets(prefixes) == starts and sum(map(bool, starts)) > 70  # tokenised back
-    forced = translator.hypotheses(sources, decoding, prefixes=prefixes)
+    forced = translator.translations(sources, decoding, prefixes=prefixes).nbest
     same = [f[0].tokens == h[0].tokens for f, h in zip(forced, free)]
     if beam_size == 1:
         assert all(same)

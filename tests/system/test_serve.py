@@ -31,10 +31,11 @@ from nmt.shortlist_builder import build_shortlist
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
+from live_service import serve_in_thread  # noqa: E402
 
 from nmt.serve import create_app  # noqa: E402
-from nmt.serve.live import free_port, serve_in_thread  # noqa: E402
-from nmt.serve.work import TranslatorSpec  # noqa: E402
+from nmt.serve.batch_decoding import TranslatorSpec  # noqa: E402
+from nmt.serve.live import free_port  # noqa: E402
 from nmt.translator import Translator  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -97,7 +98,7 @@ def test_translate_answers_what_the_translator_answers(client, translator, sente
         body = response.json()
         decoding = translator.decoding_with(DecodingOverrides(**settings))
         assert body["decoding"] == asdict(decoding) and body["backend"] == "torch"
-        expected = translator.hypotheses([*sentences[:5], ""], decoding)
+        expected = translator.translations([*sentences[:5], ""], decoding).nbest
         for got, nbest in zip(body["translations"], expected):
             texts = translator.texts(nbest)
             assert [h["text"] for h in got["nbest"]] == texts and len(texts) == decoding.nbest * bool(nbest)
@@ -394,7 +395,7 @@ def test_a_request_whose_client_left_is_not_decoded(slow, defaults, sentences):
             time.sleep(0.3)  # queued behind the slow request
         assert busy.result()[0] == 200
         time.sleep(0.5)
-        dropped = app.state.metrics.registry.get_sample_value(
+        dropped = app.state.service.metrics.registry.get_sample_value(
             "nmt_requests_dropped_total", {"reason": "disconnected"}
         )
     assert dropped == 1
@@ -413,7 +414,7 @@ def test_an_app_served_twice_still_translates(slow, defaults, sentences):
 
 
 def test_a_dead_worker_is_reported_and_started_again(client, good):
-    batcher = client.app.state.batcher
+    batcher = client.app.state.service.batcher
     restarts = metric(client, "nmt_worker_restarts_total", reason="crash")
     os.kill(batcher.workers[0].process.pid, signal.SIGKILL)
     time.sleep(0.2)

@@ -14,9 +14,9 @@ from nmt.data import prepare_text, read_lines
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
+from live_service import serve_in_thread  # noqa: E402
 
 from nmt.serve import create_app  # noqa: E402
-from nmt.serve.live import serve_in_thread  # noqa: E402
 from nmt.translator import Translator  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def test_translate_with_prefixes_and_alignments(client, translator, pairs):
     expected = translator.translate(sources, decoding, prefixes=prefixes)
     got = body["translations"]
     assert [t["text"] for t in got] == expected and got[1]["text"].startswith(prefixes[1] + " ")
-    hyps = translator.hypotheses(sources, decoding, prefixes=prefixes)
+    hyps = translator.translations(sources, decoding, prefixes=prefixes).nbest
     aligned = translator.align(translator.encode(sources), [h[0].tokens for h in hyps], None, 4000)
     for t, a in zip(got, aligned):
         assert t["alignment"]["links"] == [list(link) for link in a.links]
@@ -174,7 +174,7 @@ def test_the_page_continues_a_prefix_links_words_and_rescores(translator, pairs,
             driver.quit()
     aligned = translator.align(
         translator.encode(sources[:1]),
-        [translator.hypotheses(sources[:1], decoding)[0][0].tokens],
+        [translator.translations(sources[:1], decoding).nbest[0][0].tokens],
         None,
         4000,
     )[0]

@@ -60,7 +60,7 @@ def test_translate_script_prints_each_translation_with_its_alignment(
     )
     assert proc.returncode == 0, proc.stderr
     decoding = translator.decoding_with(DecodingOverrides())
-    hyps = translator.hypotheses(sources, decoding)
+    hyps = translator.translations(sources, decoding).nbest
     expected = translator.align(
         translator.encode(sources), [h[0].tokens if h else [] for h in hyps], None, decoding.max_tokens
     )

@@ -108,44 +108,91 @@ def run_decoders_speed(cfg: DecodersSpeedConfig) -> dict[str, Any]:
         raise NMTError("ct2_vmap_model needs shortlist=FILE, the shortlist it was exported with")
     cpu = torch.device("cpu")
     translator = Translator.from_checkpoint(cfg.checkpoint, cpu)
+    sources, refs, name = speed_sentences(cfg, translator)
+    decoding = translator.decoding_with(cfg.decoding)
+    machine = hardware(cpu)
+    torch_backends: dict[str, ProcessesBackend] = {}
+    try:
+        add_torch_backends(cfg, translator, torch_backends)
+        rows = build_rows(cfg, translator, decoding, torch_backends)
+        seconds, outputs = time_rows(rows, sources, cfg.repeats)
+    finally:
+        for backend in torch_backends.values():
+            backend.close()
+    texts = {n: translator.tokenizer.decode_tgt(ids) for n, ids in outputs.items()}
+    return {
+        "split": name,
+        "sentences": len(sources),
+        "repeats": cfg.repeats,
+        "decoding": vars(decoding),
+        "rows": speed_table(rows, seconds, texts, refs, len(sources), cfg.repeats),
+        "kernel_caps": {n: os.environ[n] for n in CAPS if n in os.environ},
+        "hardware": {**machine, "load_average_end": list(os.getloadavg())},
+    }
+
+
+def speed_sentences(
+    cfg: DecodersSpeedConfig, translator: Translator
+) -> tuple[list[list[int]], list[str], str]:
+    """The split's first ``cfg.sentences`` non-empty sources (all with 0) as ids, their references and
+    the split's name."""
     lines, refs, name = evaluation_text(cfg, translator.cfg)
     keep = [i for i, s in enumerate(translator.encode(lines)) if s]
     keep = keep[: cfg.sentences] if cfg.sentences > 0 else keep
     sources = [translator.encode([lines[i]])[0] for i in keep]
-    refs = [refs[i] for i in keep]
-    decoding = translator.decoding_with(cfg.decoding)
-    machine = hardware(cpu)
+    return sources, [refs[i] for i in keep], name
+
+
+def add_torch_backends(
+    cfg: DecodersSpeedConfig, translator: Translator, backends: dict[str, ProcessesBackend]
+) -> None:
+    """backend=torch in one process on each of ``cfg.torch_threads`` threads, and in
+    ``cfg.torch_processes`` single-threaded processes; added to ``backends`` as each starts, so that the
+    caller closes those started when a later one fails."""
     positions = translator.cfg.model.max_positions
-    torch_backends: dict[str, ProcessesBackend] = {}
+    direction = (translator.cfg.data.src_lang, translator.cfg.data.tgt_lang)
 
     def processes(workers: int, threads: int) -> ProcessesBackend:
         model, tokenizer = translator.model, translator.tokenizer
-        direction = (translator.cfg.data.src_lang, translator.cfg.data.tgt_lang)
         return ProcessesBackend(
             model, tokenizer, positions, direction, cfg.checkpoint, workers, threads=threads
         )
 
-    try:
-        for threads in cfg.torch_threads:
-            torch_backends[f"{threads} thread(s)"] = processes(1, threads)
-        if cfg.torch_processes > 1:  # what workers=N of evaluate.py and translate.py run
-            torch_backends[f"{cfg.torch_processes} processes x 1 thread"] = processes(cfg.torch_processes, 1)
-        rows = build_rows(cfg, translator, decoding, torch_backends)
-        for row in rows:  # warm up: first calls allocate, load kernels, fill caches
-            row.decode(sources[:50])
-        seconds: dict[str, list[float]] = {row.name: [] for row in rows}
-        outputs: dict[str, list[list[int]]] = {}
-        for r in range(cfg.repeats):
-            for row in rows[r % len(rows) :] + rows[: r % len(rows)]:
-                start = time.perf_counter()
-                outputs[row.name] = row.decode(sources)
-                seconds[row.name].append(time.perf_counter() - start)
-    finally:
-        for backend in torch_backends.values():
-            backend.close()
+    for threads in cfg.torch_threads:
+        backends[f"{threads} thread(s)"] = processes(1, threads)
+    if cfg.torch_processes > 1:  # what workers=N of evaluate.py and translate.py run
+        backends[f"{cfg.torch_processes} processes x 1 thread"] = processes(cfg.torch_processes, 1)
+
+
+def time_rows(
+    rows: list[Row], sources: list[list[int]], repeats: int
+) -> tuple[dict[str, list[float]], dict[str, list[list[int]]]]:
+    """Each row's seconds over ``sources``, ``repeats`` times in rotating order after a warm-up, and
+    its last outputs."""
+    for row in rows:  # warm up: first calls allocate, load kernels, fill caches
+        row.decode(sources[:50])
+    seconds: dict[str, list[float]] = {row.name: [] for row in rows}
+    outputs: dict[str, list[list[int]]] = {}
+    for r in range(repeats):
+        for row in rows[r % len(rows) :] + rows[: r % len(rows)]:
+            start = time.perf_counter()
+            outputs[row.name] = row.decode(sources)
+            seconds[row.name].append(time.perf_counter() - start)
+    return seconds, outputs
+
+
+def speed_table(
+    rows: list[Row],
+    seconds: dict[str, list[float]],
+    texts: dict[str, list[str]],
+    refs: list[str],
+    sentences: int,
+    repeats: int,
+) -> list[dict[str, Any]]:
+    """One line per row: its median speed, its speed over the fastest direct CTranslate2 call of each
+    repeat, and its BLEU."""
     direct_names = [row.name for row in rows if row.name.startswith("CTranslate2 direct")]
-    fastest = [min(seconds[n][r] for n in direct_names) for r in range(cfg.repeats)]
-    texts = {n: translator.tokenizer.decode_tgt(ids) for n, ids in outputs.items()}
+    fastest = [min(seconds[n][r] for n in direct_names) for r in range(repeats)]
     table = []
     for row in rows:
         times = seconds[row.name]
@@ -154,20 +201,12 @@ def run_decoders_speed(cfg: DecodersSpeedConfig) -> dict[str, Any]:
                 "decoder": row.name,
                 "seconds": statistics.median(times),
                 "seconds_all": [round(t, 3) for t in times],
-                "sentences_per_s": len(sources) / statistics.median(times),
+                "sentences_per_s": sentences / statistics.median(times),
                 "over_fastest_ct2_direct": statistics.median(f / t for f, t in zip(fastest, times)),
                 "bleu": corpus_scores(texts[row.name], refs, ("bleu",))["bleu"].score,
             }
         )
-    return {
-        "split": name,
-        "sentences": len(sources),
-        "repeats": cfg.repeats,
-        "decoding": vars(decoding),
-        "rows": table,
-        "kernel_caps": {n: os.environ[n] for n in CAPS if n in os.environ},
-        "hardware": {**machine, "load_average_end": list(os.getloadavg())},
-    }
+    return table
 
 
 def format_decoders(result: dict[str, Any]) -> list[str]:

@@ -67,7 +67,37 @@ def measure_training(
     weights); each precision has its own gradient scaler, as a run in that precision would.
     """
     batches, collate_s = real_batches(run, bench.warmup_steps + bench.steps)
-    steps: dict[str, tuple[Callable[[Batch], None], str]] = {}  # name -> (one update, precision)
+    steps = training_steps(run, bench, precisions)
+    memory = PeakMemory(run.device)
+    times, peaks, first_step = take_turns(run, bench, batches, steps, memory)
+    measured = batches[bench.warmup_steps :]
+    real = [b.src_tokens + b.tgt_tokens for b in measured]
+    flops = [transformer_flops(run.model, b) for b in measured] if isinstance(run.model, Transformer) else []
+    out: dict[str, Any] = {
+        "steps": bench.steps,
+        "warmup_steps": bench.warmup_steps,
+        "batches": batch_summary(run, measured, collate_s[bench.warmup_steps :]),
+        "model_flops_per_token": sum(flops) / sum(real) if flops else None,
+        "first_step_s": first_step,
+        "memory_peak_is_per_step": memory.resettable,
+        "results": {},
+    }
+    for name, seconds in times.items():
+        result = step_result(measured, seconds, peaks[name])
+        if flops:
+            result["model_flops_per_s_median"] = statistics.median(f / s for f, s in zip(flops, seconds))
+            result["share_of_ceiling"] = result["model_flops_per_s_median"] / ceilings[steps[name][1]]
+        out["results"][name] = result
+    return {**out, **speed_ratios(times, precisions, bench.reference)}
+
+
+Step = tuple[Callable[[Batch], None], str]  # one update on a batch, and its precision
+
+
+def training_steps(run: Run, bench: BenchConfig, precisions: list[str]) -> dict[str, Step]:
+    """The updates that take turns, by name: the project's in each precision, with ``bench.reference``
+    the reference's too."""
+    steps: dict[str, Step] = {}
     for precision in precisions:
         turn = replace(
             run, precision=precision, scaler=scaler_for(run.device, precision), progress=Progress()
@@ -84,7 +114,14 @@ def measure_training(
                 functools.partial(reference.step, precision=precision, scaler=scaler),
                 precision,
             )
-    memory = PeakMemory(run.device)
+    return steps
+
+
+def take_turns(
+    run: Run, bench: BenchConfig, batches: list[Batch], steps: dict[str, Step], memory: PeakMemory
+) -> tuple[dict[str, list[float]], dict[str, list[int]], float]:
+    """Every step on each batch in turn: the seconds and peak memory of each measured one, by step name,
+    and the seconds of the run's own first step."""
     times: dict[str, list[float]] = {name: [] for name in steps}
     peaks: dict[str, list[int]] = {name: [] for name in steps}
     first_step = 0.0
@@ -102,45 +139,45 @@ def measure_training(
             if i >= bench.warmup_steps:
                 times[name].append(seconds)
                 peaks[name].append(peak)
+    return times, peaks, first_step
 
-    measured = batches[bench.warmup_steps :]
+
+def batch_summary(run: Run, measured: list[Batch], collate_s: list[float]) -> dict[str, Any]:
+    """What the measured batches hold, and how long collating them took."""
     real = [b.src_tokens + b.tgt_tokens for b in measured]
     padded = sum(b.src.numel() + b.tgt_in.numel() for b in measured)
-    flops = [transformer_flops(run.model, b) for b in measured] if isinstance(run.model, Transformer) else []
-    out: dict[str, Any] = {
-        "steps": bench.steps,
-        "warmup_steps": bench.warmup_steps,
-        "batches": {
-            "max_tokens": run.cfg.trainer.max_tokens,
-            "sentences_mean": statistics.mean(len(b) for b in measured),
-            "real_tokens_mean": statistics.mean(real),
-            "tgt_tokens_mean": statistics.mean(b.tgt_tokens for b in measured),
-            "padding_fraction": 1.0 - sum(real) / padded,
-            "collate_ms_median": 1000 * statistics.median(collate_s[bench.warmup_steps :]),
-        },
-        "model_flops_per_token": sum(flops) / sum(real) if flops else None,
-        "first_step_s": first_step,
-        "memory_peak_is_per_step": memory.resettable,
-        "results": {},
+    return {
+        "max_tokens": run.cfg.trainer.max_tokens,
+        "sentences_mean": statistics.mean(len(b) for b in measured),
+        "real_tokens_mean": statistics.mean(real),
+        "tgt_tokens_mean": statistics.mean(b.tgt_tokens for b in measured),
+        "padding_fraction": 1.0 - sum(real) / padded,
+        "collate_ms_median": 1000 * statistics.median(collate_s),
     }
-    for name, seconds in times.items():
-        result = {
-            "step_ms_median": 1000 * statistics.median(seconds),
-            "tokens_per_s_median": statistics.median(n / s for n, s in zip(real, seconds)),
-            "tgt_tokens_per_s_median": statistics.median(b.tgt_tokens / s for b, s in zip(measured, seconds)),
-            "peak_memory_mib": max(peaks[name]) / MiB,
-            "step_ms": [round(1000 * x, 2) for x in seconds],  # per measured step, in batch order
-        }
-        if flops:
-            result["model_flops_per_s_median"] = statistics.median(f / s for f, s in zip(flops, seconds))
-            result["share_of_ceiling"] = result["model_flops_per_s_median"] / ceilings[steps[name][1]]
-        out["results"][name] = result
+
+
+def step_result(measured: list[Batch], seconds: list[float], peaks: list[int]) -> dict[str, Any]:
+    """One step's speed over the measured batches: medians, peak memory and each step's time."""
+    real = [b.src_tokens + b.tgt_tokens for b in measured]
+    return {
+        "step_ms_median": 1000 * statistics.median(seconds),
+        "tokens_per_s_median": statistics.median(n / s for n, s in zip(real, seconds)),
+        "tgt_tokens_per_s_median": statistics.median(b.tgt_tokens / s for b, s in zip(measured, seconds)),
+        "peak_memory_mib": max(peaks) / MiB,
+        "step_ms": [round(1000 * x, 2) for x in seconds],  # per measured step, in batch order
+    }
+
+
+def speed_ratios(times: dict[str, list[float]], precisions: list[str], reference: bool) -> dict[str, Any]:
+    """The project over the reference in each precision (with ``reference``), and each precision over
+    fp32."""
 
     def paired(slow: str, fast: str) -> float:
         """Median over batches of time(slow) / time(fast): how many times faster ``fast`` is."""
         return statistics.median(a / b for a, b in zip(times[slow], times[fast]))
 
-    if bench.reference:
+    out: dict[str, Any] = {}
+    if reference:
         out["project_over_reference"] = {p: paired(f"reference {p}", f"project {p}") for p in precisions}
     out["speedup_over_fp32"] = {
         f"{model} {p}": paired(f"{model} fp32", f"{model} {p}")

@@ -56,6 +56,29 @@ def thread_layout(inter: int, intra: int, cores: int) -> tuple[int, int]:
     return cores, 1
 
 
+def check_export(
+    info: dict[str, Any], model_dir: str | Path, tokenizer: Tokenizer, weights: str | None
+) -> None:
+    """NMTError unless the export (its record ``info``) was made with ``tokenizer`` and, given the
+    checkpoint's ``weights`` digest, from that model."""
+    if info["tokenizer_fingerprint"] != tokenizer.fingerprint:
+        raise NMTError(
+            f"ct2_model={model_dir} was exported with a different tokenizer than the checkpoint's; "
+            "export this checkpoint again (scripts/export_ct2.py)"
+        )
+    if weights is not None and info.get("weights_sha256") != weights:
+        recorded = f"checkpoint {info.get('checkpoint')}, step {info.get('step')}"
+        made_from = (
+            f"was exported from another model ({recorded})"
+            if "weights_sha256" in info
+            else "records no model it was exported from (an older export)"
+        )
+        raise NMTError(
+            f"ct2_model={model_dir} {made_from} than the checkpoint's; export this checkpoint again "
+            "(scripts/export_ct2.py)"
+        )
+
+
 class CT2Backend(Backend):
     """A CTranslate2 translator over an exported model directory, fed and answering in our token ids."""
 
@@ -80,22 +103,7 @@ class CT2Backend(Backend):
         source with a target prefix, scoring over a shortlist); without it, those are refused."""
         ctranslate2 = require_ctranslate2()
         info = read_export_info(model_dir)
-        if info["tokenizer_fingerprint"] != tokenizer.fingerprint:
-            raise NMTError(
-                f"ct2_model={model_dir} was exported with a different tokenizer than the checkpoint's; "
-                "export this checkpoint again (scripts/export_ct2.py)"
-            )
-        if weights is not None and info.get("weights_sha256") != weights:
-            recorded = f"checkpoint {info.get('checkpoint')}, step {info.get('step')}"
-            made_from = (
-                f"was exported from another model ({recorded})"
-                if "weights_sha256" in info
-                else "records no model it was exported from (an older export)"
-            )
-            raise NMTError(
-                f"ct2_model={model_dir} {made_from} than the checkpoint's; export this checkpoint again "
-                "(scripts/export_ct2.py)"
-            )
+        check_export(info, model_dir, tokenizer, weights)
         device = torch.device(device)
         if device.type not in ("cpu", "cuda"):
             raise NMTError(f"backend=ct2 runs on cpu or cuda, not {device.type}")

@@ -13,7 +13,7 @@ sentences are done, and builds the hypotheses at the end.
 - :mod:`~nmt.decoding.beam`: beam search, in named steps (its docstring lists them);
 - :mod:`~nmt.decoding.decode`: :func:`translate_ids`, many sentences in batches, in input order,
   optionally each forced through a target prefix;
-- :mod:`~nmt.decoding.forced`: :func:`score_ids`, the model's log-probability of given translations;
+- :mod:`~nmt.decoding.teacher_forcing`: :func:`score_ids`, the model's log-probability of given translations;
 - :mod:`~nmt.decoding.interface`: :class:`Backend`, what every way to decode (``backend=``) offers.
 
 Length normalisation is GNMT's (Wu et al., 2016): a finished hypothesis y scores
@@ -39,13 +39,13 @@ from nmt.decoding.common import (
     pad_batch,
 )
 from nmt.decoding.decode import search, translate_ids
-from nmt.decoding.forced import ForcedScore, score_ids
 from nmt.decoding.greedy import greedy_search
 from nmt.decoding.interface import Backend
+from nmt.decoding.teacher_forcing import TeacherForcedScore, score_ids
 
 __all__ = [
     "Backend",
-    "ForcedScore",
+    "TeacherForcedScore",
     "Hypothesis",
     "batch_source_tokens",
     "beam_search",

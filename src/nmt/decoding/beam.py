@@ -226,7 +226,7 @@ def beam_search(
     made of the sentence's candidates of ``shortlist`` when one is given."""
     k, batch, device = cfg.beam_size, src.size(0), src.device
     start = SearchStart.of(src, cfg, limit, model.vocab_sizes["tgt"], prefixes, shortlist)
-    forced, vocab = start.forced, start.vocab
+    vocab = start.vocab
     beams = Beams.start(start.budgets, k, device)
     finished = Finished.empty(batch, k, max(start.budgets), device)
     # k identical beams per sentence, as a batch of one hypothesis per row: the first step computes
@@ -239,7 +239,7 @@ def beam_search(
         log_probs, state = model.step(beams.tokens, state)
         at_budget = beams.must_end(step)
         must_end = at_budget.repeat_interleave(k) if step >= min(beams.budgets) else None
-        prefix = forced.at(step, beams.sentences, k) if forced else None
+        prefix = start.prefixes.at(step, beams.sentences, k) if start.prefixes else None
         rows = vocab.row_vocab(beams.sentences, k) if vocab is not None else None
         log_probs = constrain(log_probs, cfg, beams.history, must_end, prefix, rows)
         candidates = extend(log_probs, beams.scores, vocab.row_vocab(beams.sentences) if vocab else None)

@@ -68,7 +68,7 @@ def mask_logits(log_probs: Tensor, no_unk: bool) -> Tensor:
     return log_probs
 
 
-def force_eos(log_probs: Tensor, rows: Tensor) -> None:
+def only_eos(log_probs: Tensor, rows: Tensor) -> None:
     """Rows that reached their length budget may only end (the caller knows that some did)."""
     eos = log_probs[rows, EOS_ID].clone()
     log_probs[rows] = -math.inf
@@ -91,11 +91,11 @@ def block_repeated_ngrams(log_probs: Tensor, prefixes: Tensor, n: int) -> None:
 
 
 @dataclass
-class Forced:
+class PrefixStep:
     """The rows of a step that are inside their target prefix, and the token each must take."""
 
     rows: Tensor  # (rows,) bool
-    tokens: Tensor  # (rows,) the prefix token at this step (PAD where not forced)
+    tokens: Tensor  # (rows,) the prefix token at this step (PAD where no prefix is left)
 
 
 def constrain(
@@ -103,7 +103,7 @@ def constrain(
     cfg: DecodingConfig,
     history: Tensor | None,
     must_end: Tensor | None,
-    forced: Forced | None,
+    prefix: PrefixStep | None,
     vocab: RowVocab | None = None,
 ) -> Tensor:
     """The search's rules on the model's next-token log-probabilities (rows, vocab), in place: PAD and
@@ -112,23 +112,23 @@ def constrain(
     rows inside their target prefix only take its token, at the model's log-probability of it (so that
     any token can be forced, UNK with no_unk included).
 
-    With a shortlist, the columns are the positions of ``vocab.ids``; ``history`` and the forced
+    With a shortlist, the columns are the positions of ``vocab.ids``; ``history`` and the prefix
     tokens are target ids (every one among its row's candidates), and the special ids are at their
     own positions."""
     if vocab is not None:
         history = vocab.positions_of(history) if history is not None else None
-        forced = Forced(forced.rows, vocab.positions_of(forced.tokens)) if forced is not None else None
-    if forced is not None:
-        model_log_prob = log_probs.gather(1, forced.tokens[:, None])
+        prefix = PrefixStep(prefix.rows, vocab.positions_of(prefix.tokens)) if prefix is not None else None
+    if prefix is not None:
+        model_log_prob = log_probs.gather(1, prefix.tokens[:, None])
     log_probs = mask_logits(log_probs, cfg.no_unk)
     if cfg.no_repeat_ngram:
         block_repeated_ngrams(log_probs, history, cfg.no_repeat_ngram)
     if must_end is not None:
-        force_eos(log_probs, must_end)
-    if forced is not None:
-        rows = forced.rows[:, None]
-        value = torch.where(rows, model_log_prob, log_probs.gather(1, forced.tokens[:, None]))
-        log_probs.masked_fill_(rows, -math.inf).scatter_(1, forced.tokens[:, None], value)
+        only_eos(log_probs, must_end)
+    if prefix is not None:
+        rows = prefix.rows[:, None]
+        value = torch.where(rows, model_log_prob, log_probs.gather(1, prefix.tokens[:, None]))
+        log_probs.masked_fill_(rows, -math.inf).scatter_(1, prefix.tokens[:, None], value)
     return log_probs
 
 
@@ -268,7 +268,7 @@ class Prefixes:
         check_prefixes(prefixes, budgets, vocab, range(len(budgets)))
         return cls(prefixes, device) if any(prefixes) else None
 
-    def at(self, step: int, sentences: Tensor, rows_per_sentence: int = 1) -> Forced | None:
+    def at(self, step: int, sentences: Tensor, rows_per_sentence: int = 1) -> PrefixStep | None:
         """What is forced at ``step`` for hypothesis rows of ``sentences`` (rows of the batch), each
         sentence ``rows_per_sentence`` consecutive rows; None once every prefix is over."""
         if step >= self.longest:
@@ -277,7 +277,7 @@ class Prefixes:
         if rows_per_sentence > 1:
             inside = inside.repeat_interleave(rows_per_sentence)
             tokens = tokens.repeat_interleave(rows_per_sentence)
-        return Forced(inside, tokens)
+        return PrefixStep(inside, tokens)
 
 
 def check_prefixes(
@@ -309,7 +309,7 @@ class SearchStart:
     batch's candidates (None without)."""
 
     budgets: list[int]
-    forced: Prefixes | None
+    prefixes: Prefixes | None
     vocab: BatchVocab | None
 
     @classmethod
@@ -325,11 +325,11 @@ class SearchStart:
         """The set-up for ``src`` (a padded batch) and its ``prefixes`` (checked:
         :func:`check_prefixes`), within ``limit`` positions and ``vocab_size`` target ids."""
         budgets = max_lengths(src, cfg.max_len_a, cfg.max_len_b, limit)
-        forced = Prefixes.of(prefixes, budgets, vocab_size, src.device)
+        padded = Prefixes.of(prefixes, budgets, vocab_size, src.device)
         vocab = None
         if shortlist is not None:
             vocab = BatchVocab.of(shortlist, src, prefixes, vocab_size, cfg.shortlist_group)
-        return cls(budgets, forced, vocab)
+        return cls(budgets, padded, vocab)
 
     def restrict(self, model: Seq2Seq, state: State, per_sentence: int) -> State:
         """The model's initial ``state`` (``per_sentence`` consecutive rows per sentence) scoring only

@@ -42,7 +42,7 @@ def greedy_search(
     among the sentence's candidates of ``shortlist`` when one is given."""
     batch, device = src.size(0), src.device
     start = SearchStart.of(src, cfg, limit, model.vocab_sizes["tgt"], prefixes, shortlist)
-    budgets, forced, vocab = start.budgets, start.forced, start.vocab
+    budgets, vocab = start.budgets, start.vocab
     budget = torch.tensor(budgets, device=device)
     next_budget = min(budgets)  # the first step at which a live sentence must end
     state = start.restrict(model, model.init_state(model.encode(src), cache=cfg.cache), per_sentence=1)
@@ -55,7 +55,7 @@ def greedy_search(
         log_probs, state = model.step(tokens, state)
         history = out[alive, :step] if cfg.no_repeat_ngram else None
         must_end = budget[alive] <= step if step >= next_budget else None
-        prefix = forced.at(step, alive) if forced else None
+        prefix = start.prefixes.at(step, alive) if start.prefixes else None
         rows = vocab.row_vocab(alive) if vocab is not None else None
         best, tokens = constrain(log_probs, cfg, history, must_end, prefix, rows).max(dim=-1)
         if rows is not None:

@@ -41,5 +41,5 @@ class Backend(Protocol):
         """Teacher-forced log-probabilities of each target token and of the EOS that follows, in batches
         of up to ``max_tokens`` tokens, normalised as the search normalises: over the whole vocabulary,
         or with ``shortlist`` (``decoding.shortlist``) over each sentence's candidates and the target's
-        own tokens (:mod:`nmt.decoding.forced`)."""
+        own tokens (:mod:`nmt.decoding.teacher_forcing`)."""
         ...

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path, PurePath
+from string import Template
 from typing import Any
 
 from huggingface_hub import ModelCardData
 from omegaconf import OmegaConf
 
-from nmt.config import DataConfig, TrainConfig
+from nmt.config import DataConfig, TokenizerConfig, TrainConfig
 from nmt.hf.parity import Parity
 
 DATA_TERMS = {
@@ -87,76 +89,45 @@ def card_metadata(src: str, tgt: str) -> str:
 
 
 def model_card(cfg: TrainConfig, facts: CardFacts, folder_name: str) -> str:
-    """The card's Markdown, with the Hub's metadata header."""
-    data, model, tok = cfg.data, cfg.model, cfg.tokenizer
-    src, tgt = data.src_lang, data.tgt_lang
-    norm = (
-        "Pre-norm Transformer (a final LayerNorm after each stack)"
-        if model.norm_first
-        else "Post-norm Transformer"
-    )
-    heads = f"{model.heads} heads" + (
-        f" ({model.kv_heads} key/value heads, repeated)" if model.kv_heads else ""
-    )
-    sizes = facts.vocab_sizes
-    vocab = f"joint SentencePiece vocabulary ({tok.model_type}, {sizes['src']:,} pieces)"
-    if not tok.joint:
-        vocab = (
-            f"SentencePiece vocabularies ({tok.model_type}): {sizes['src']:,} source, "
-            f"{sizes['tgt']:,} target pieces"
-        )
+    """The card's Markdown, with the Hub's metadata header: ``templates/model_card.md`` filled in."""
+    data, model = cfg.data, cfg.model
     example = facts.parity.sentences[0] if facts.parity.sentences else "..."
-    lines = [
-        "---",
-        card_metadata(src, tgt),
-        "---",
-        "",
-        f"# {src}->{tgt} translation (Transformer, exported from nmt)",
-        "",
-        f"A Transformer translating {src} to {tgt}, trained with nmt and exported from nmt "
-        f"(`scripts/export_hf.py`) as `{facts.class_name}`: stock `transformers` loads it, no custom code.",
-        "",
-        "## Use it",
-        "",
-        "```python",
-        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
-        "",
-        f'tokenizer = AutoTokenizer.from_pretrained("{folder_name}")',
-        f'model = AutoModelForSeq2SeqLM.from_pretrained("{folder_name}")',
-        f'batch = tokenizer([{example!r}], return_tensors="pt", padding=True)',
-        "print(tokenizer.batch_decode(model.generate(**batch, num_beams=1), skip_special_tokens=True))",
-        "```",
-        "",
-        "Greedy search (`num_beams=1`) gives nmt's greedy translations. Beam search ranks finished "
-        "hypotheses by transformers' length penalty (log-probability / length ** `length_penalty`), not by "
-        f"GNMT's that nmt uses (alpha {cfg.decoding.alpha:g} for this model), so beam outputs can differ.",
-        "",
-        "## Model",
-        "",
-        f"- {norm}: {model.encoder_layers} encoder and {model.decoder_layers} decoder layers, "
-        f"d_model {model.d_model}, {heads}, feed-forward {model.ff_dim} (ReLU), {model.positional} positions "
-        f"(at most {model.max_positions}), tied embeddings",
-        f"- {facts.parameters:,} parameters",
-        f"- {vocab}",
-        "",
-        "## Training data",
-        "",
-        data_description(data),
-        "",
-        "## Evaluation",
-        "",
-        *_evaluation(facts.test_report),
-        "",
-        "## Training",
-        "",
-        *_training(facts),
-        "",
-        "## Export",
-        "",
-        *_export(facts.parity),
-        "",
-    ]
-    return "\n".join(lines)
+    template = resources.files("nmt.hf").joinpath("templates/model_card.md").read_text(encoding="utf-8")
+    return Template(template).substitute(
+        metadata=card_metadata(data.src_lang, data.tgt_lang),
+        src=data.src_lang,
+        tgt=data.tgt_lang,
+        class_name=facts.class_name,
+        folder_name=folder_name,
+        example=repr(example),
+        alpha=f"{cfg.decoding.alpha:g}",
+        norm="Pre-norm Transformer (a final LayerNorm after each stack)"
+        if model.norm_first
+        else "Post-norm Transformer",
+        encoder_layers=model.encoder_layers,
+        decoder_layers=model.decoder_layers,
+        d_model=model.d_model,
+        heads=f"{model.heads} heads"
+        + (f" ({model.kv_heads} key/value heads, repeated)" if model.kv_heads else ""),
+        ff_dim=model.ff_dim,
+        positional=model.positional,
+        max_positions=model.max_positions,
+        parameters=f"{facts.parameters:,}",
+        vocab=_vocabulary(cfg.tokenizer, facts.vocab_sizes),
+        data=data_description(data),
+        evaluation="\n".join(_evaluation(facts.test_report)),
+        training="\n".join(_training(facts)),
+        export="\n".join(_export(facts.parity)),
+    )
+
+
+def _vocabulary(tok: TokenizerConfig, sizes: dict[str, int]) -> str:
+    if tok.joint:
+        return f"joint SentencePiece vocabulary ({tok.model_type}, {sizes['src']:,} pieces)"
+    return (
+        f"SentencePiece vocabularies ({tok.model_type}): {sizes['src']:,} source, "
+        f"{sizes['tgt']:,} target pieces"
+    )
 
 
 def _evaluation(report: dict[str, Any] | None) -> list[str]:

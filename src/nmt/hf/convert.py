@@ -156,30 +156,59 @@ def repeat_heads(t: Tensor, kv_heads: int, group: int) -> Tensor:
 
 def hf_weights(model: Transformer, class_name: str) -> dict[str, Tensor]:
     """Every weight of the ``class_name`` model, by its transformers name, in fp32."""
-    cfg = model.cfg
-    perm = residual_permutation(cfg.d_model) if class_name == MARIAN else None
-    out: dict[str, Tensor] = {}
+    perm = residual_permutation(model.cfg.d_model) if class_name == MARIAN else None
+    weights = HFWeights(perm)
+    for i, layer in enumerate(model.encoder):
+        prefix = f"model.encoder.layers.{i}"
+        weights.attention(f"{prefix}.self_attn", layer.attn)
+        weights.norm(f"{prefix}.self_attn_layer_norm", layer.res_attn.norm)
+        weights.feed_forward(prefix, layer.ff)
+        weights.norm(f"{prefix}.final_layer_norm", layer.res_ff.norm)
+    for i, layer in enumerate(model.decoder):
+        prefix = f"model.decoder.layers.{i}"
+        weights.attention(f"{prefix}.self_attn", layer.self_attn)
+        weights.norm(f"{prefix}.self_attn_layer_norm", layer.res_self.norm)
+        weights.attention(f"{prefix}.encoder_attn", layer.cross_attn)
+        weights.norm(f"{prefix}.encoder_attn_layer_norm", layer.res_cross.norm)
+        weights.feed_forward(prefix, layer.ff)
+        weights.norm(f"{prefix}.final_layer_norm", layer.res_ff.norm)
+    if class_name == BLENDERBOT:
+        weights.norm("model.encoder.layer_norm", model.enc_norm)
+        weights.norm("model.decoder.layer_norm", model.dec_norm)
+    weights.embeddings(model)
+    return weights.out
 
-    def reads(w: Tensor) -> Tensor:  # (rows, d_model): applied to the residual stream, or an embedding table
-        return w if perm is None else w[:, perm]
 
-    def writes(t: Tensor) -> Tensor:  # (d_model, ...): a weight, bias or norm parameter of the stream
-        return t if perm is None else t[perm]
+class HFWeights:
+    """The transformers weights being collected, each in fp32 by its name; for Marian, whose residual
+    stream orders its features as :func:`residual_permutation` does, permuted where they meet the stream."""
 
-    def put(name: str, t: Tensor) -> None:
-        out[name] = t.detach().float().contiguous().clone()
+    def __init__(self, perm: Tensor | None):
+        self.perm = perm
+        self.out: dict[str, Tensor] = {}
 
-    def norm(name: str, module: torch.nn.LayerNorm) -> None:
-        put(f"{name}.weight", writes(module.weight))
-        put(f"{name}.bias", writes(module.bias))
+    def reads(self, w: Tensor) -> Tensor:
+        """(rows, d_model): applied to the residual stream, or an embedding table."""
+        return w if self.perm is None else w[:, self.perm]
 
-    def feed_forward(prefix: str, ff: torch.nn.Sequential) -> None:
-        put(f"{prefix}.fc1.weight", reads(ff[0].weight))
-        put(f"{prefix}.fc1.bias", ff[0].bias)
-        put(f"{prefix}.fc2.weight", writes(ff[3].weight))
-        put(f"{prefix}.fc2.bias", writes(ff[3].bias))
+    def writes(self, t: Tensor) -> Tensor:
+        """(d_model, ...): a weight, bias or norm parameter of the stream."""
+        return t if self.perm is None else t[self.perm]
 
-    def attention(prefix: str, attn: Attention) -> None:
+    def put(self, name: str, t: Tensor) -> None:
+        self.out[name] = t.detach().float().contiguous().clone()
+
+    def norm(self, name: str, module: torch.nn.LayerNorm) -> None:
+        self.put(f"{name}.weight", self.writes(module.weight))
+        self.put(f"{name}.bias", self.writes(module.bias))
+
+    def feed_forward(self, prefix: str, ff: torch.nn.Sequential) -> None:
+        self.put(f"{prefix}.fc1.weight", self.reads(ff[0].weight))
+        self.put(f"{prefix}.fc1.bias", ff[0].bias)
+        self.put(f"{prefix}.fc2.weight", self.writes(ff[3].weight))
+        self.put(f"{prefix}.fc2.bias", self.writes(ff[3].bias))
+
+    def attention(self, prefix: str, attn: Attention) -> None:
         if type(attn) is not DotProductAttention:  # hf_class refuses the config already
             raise NMTError(f"{type(attn).__name__} cannot be exported to transformers")
         group = attn.heads // attn.kv_heads
@@ -191,38 +220,21 @@ def hf_weights(model: Transformer, class_name: str) -> dict[str, Tensor]:
                     repeat_heads(weight, attn.kv_heads, group),
                     repeat_heads(bias, attn.kv_heads, group),
                 )
-            put(f"{prefix}.{name}.weight", reads(weight))
-            put(f"{prefix}.{name}.bias", bias)
-        put(f"{prefix}.out_proj.weight", writes(attn.out_proj.weight))
-        put(f"{prefix}.out_proj.bias", writes(attn.out_proj.bias))
+            self.put(f"{prefix}.{name}.weight", self.reads(weight))
+            self.put(f"{prefix}.{name}.bias", bias)
+        self.put(f"{prefix}.out_proj.weight", self.writes(attn.out_proj.weight))
+        self.put(f"{prefix}.out_proj.bias", self.writes(attn.out_proj.bias))
 
-    for i, layer in enumerate(model.encoder):
-        prefix = f"model.encoder.layers.{i}"
-        attention(f"{prefix}.self_attn", layer.attn)
-        norm(f"{prefix}.self_attn_layer_norm", layer.res_attn.norm)
-        feed_forward(prefix, layer.ff)
-        norm(f"{prefix}.final_layer_norm", layer.res_ff.norm)
-    for i, layer in enumerate(model.decoder):
-        prefix = f"model.decoder.layers.{i}"
-        attention(f"{prefix}.self_attn", layer.self_attn)
-        norm(f"{prefix}.self_attn_layer_norm", layer.res_self.norm)
-        attention(f"{prefix}.encoder_attn", layer.cross_attn)
-        norm(f"{prefix}.encoder_attn_layer_norm", layer.res_cross.norm)
-        feed_forward(prefix, layer.ff)
-        norm(f"{prefix}.final_layer_norm", layer.res_ff.norm)
-    if class_name == BLENDERBOT:
-        norm("model.encoder.layer_norm", model.enc_norm)
-        norm("model.decoder.layer_norm", model.dec_norm)
-
-    src, tgt = model.src_embed, model.tgt_embed
-    if src.tokens is tgt.tokens:
-        put("model.shared.weight", reads(src.tokens.weight))
-    put("model.encoder.embed_tokens.weight", reads(src.tokens.weight))
-    put("model.decoder.embed_tokens.weight", reads(tgt.tokens.weight))
-    put("lm_head.weight", reads(model.output.weight))
-    out["final_logits_bias"] = torch.zeros(1, model.vocab_sizes["tgt"])
-    for name, embed in (("encoder", src), ("decoder", tgt)):
-        # Blenderbot saves and loads this table; Marian recomputes its own (this one, permuted) on loading.
-        table = embed.positions.weight if embed.kind == "learned" else embed.table
-        put(f"model.{name}.embed_positions.weight", reads(table))
-    return out
+    def embeddings(self, model: Transformer) -> None:
+        """The token tables, the output projection, its (zero) bias and the position tables."""
+        src, tgt = model.src_embed, model.tgt_embed
+        if src.tokens is tgt.tokens:
+            self.put("model.shared.weight", self.reads(src.tokens.weight))
+        self.put("model.encoder.embed_tokens.weight", self.reads(src.tokens.weight))
+        self.put("model.decoder.embed_tokens.weight", self.reads(tgt.tokens.weight))
+        self.put("lm_head.weight", self.reads(model.output.weight))
+        self.out["final_logits_bias"] = torch.zeros(1, model.vocab_sizes["tgt"])
+        for name, embed in (("encoder", src), ("decoder", tgt)):
+            # Blenderbot saves and loads this table; Marian recomputes its own (this, permuted) on loading.
+            table = embed.positions.weight if embed.kind == "learned" else embed.table
+            self.put(f"model.{name}.embed_positions.weight", self.reads(table))

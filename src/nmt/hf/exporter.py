@@ -65,17 +65,7 @@ def export_model(
         parity = check_parity(
             model, tokenizer, tmp, train_cfg.decoding, sentences, refs, check.batch_sentences
         )
-        if parity.max_abs_diff > check.tolerance:
-            raise NMTError(
-                f"the exported model's logits differ from ours by {parity.max_abs_diff:.2e} "
-                f"(check.tolerance={check.tolerance:g}): the export is wrong for this transformers "
-                f"{transformers.__version__}"
-            )
-        if parity.special_text_mismatches:
-            raise NMTError(
-                f"the exported tokenizer encodes {parity.special_text_mismatches[0]!r} to other ids than "
-                f"ours: the export is wrong for this transformers {transformers.__version__}"
-            )
+        _refuse_mismatch(parity, check, transformers.__version__)
         checkpoint = Path(meta.get("checkpoint", "model.pt"))
         facts = CardFacts(
             class_name,
@@ -87,23 +77,50 @@ def export_model(
             test_report,
         )
         (tmp / "README.md").write_text(model_card(train_cfg, facts, output.name), encoding="utf-8")
-        record = {
-            "format": "transformers",
-            "class": class_name,
-            "transformers_version": transformers.__version__,
-            "tokenizer_fingerprint": tokenizer.fingerprint,
-            "weights_sha256": weights_digest(model),
-            "parity": {
-                "sentences": len(parity.sentences),
-                "max_abs_logit_diff": parity.max_abs_diff,
-                "greedy_identical": parity.identical,
-            },
-            **meta,
-            "checkpoint": checkpoint.name,  # the folder is published: no path of this disk
-        }
+        record = _record(class_name, transformers.__version__, model, tokenizer, parity, meta, checkpoint)
         (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
         _readable(tmp)
     return parity
+
+
+def _refuse_mismatch(parity: Parity, check: HFCheckConfig, version: str) -> None:
+    """NMTError when the exported model's logits or its tokenizer's ids are not ours."""
+    if parity.max_abs_diff > check.tolerance:
+        raise NMTError(
+            f"the exported model's logits differ from ours by {parity.max_abs_diff:.2e} "
+            f"(check.tolerance={check.tolerance:g}): the export is wrong for this transformers {version}"
+        )
+    if parity.special_text_mismatches:
+        raise NMTError(
+            f"the exported tokenizer encodes {parity.special_text_mismatches[0]!r} to other ids than "
+            f"ours: the export is wrong for this transformers {version}"
+        )
+
+
+def _record(
+    class_name: str,
+    version: str,
+    model: Transformer,
+    tokenizer: Tokenizer,
+    parity: Parity,
+    meta: dict[str, Any],
+    checkpoint: Path,
+) -> dict[str, Any]:
+    """The export's record (``nmt_hf_export.json``): what was exported, by what, and the check's figures."""
+    return {
+        "format": "transformers",
+        "class": class_name,
+        "transformers_version": version,
+        "tokenizer_fingerprint": tokenizer.fingerprint,
+        "weights_sha256": weights_digest(model),
+        "parity": {
+            "sentences": len(parity.sentences),
+            "max_abs_logit_diff": parity.max_abs_diff,
+            "greedy_identical": parity.identical,
+        },
+        **meta,
+        "checkpoint": checkpoint.name,  # the folder is published: no path of this disk
+    }
 
 
 def _save_model(

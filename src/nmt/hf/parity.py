@@ -22,6 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -86,13 +87,7 @@ def check_parity(
 ) -> Parity:
     """Load ``folder`` with ``AutoModelForSeq2SeqLM``/``AutoTokenizer`` and compare it with ``model`` on
     ``sentences`` (with ``refs``: their scores too)."""
-    transformers = require_transformers()
-    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval()
-    with (
-        warnings.catch_warnings()
-    ):  # MarianTokenizer asks for sacremoses, which only its unused normalize needs
-        warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
-        hf_tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    hf_model, hf_tokenizer = _load_export(folder)
     model = model.float().eval()
     limit = model.cfg.max_positions - 1
     sources = [ids[:limit] for ids in tokenizer.encode_src(sentences)]
@@ -104,18 +99,7 @@ def check_parity(
     ours = [h[0].tokens for h in translate_ids(model, sources, greedy, "cpu", model.cfg.max_positions)]
     theirs = hf_greedy(hf_model, sources, greedy, limit, batch_sentences)
 
-    max_diff, differences = 0.0, []
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    for start in range(0, len(order), batch_sentences):
-        part = [i for i in order[start : start + batch_sentences] if sources[i]]
-        if not part:
-            continue
-        diff, margins = _compare_logits(model, hf_model, [sources[i] for i in part], [ours[i] for i in part])
-        max_diff = max(max_diff, diff)
-        for i, log_probs in zip(part, margins):
-            if ours[i] != theirs[i]:
-                differences.append(_difference(i, ours[i], theirs[i], log_probs))
-    differences.sort(key=lambda d: d.index)
+    max_diff, differences = _compare_greedy(model, hf_model, sources, ours, theirs, batch_sentences)
 
     our_text = tokenizer.decode_tgt(ours)
     their_text = hf_tokenizer.batch_decode(theirs, skip_special_tokens=True)
@@ -138,6 +122,43 @@ def check_parity(
             "transformers": corpus_scores(their_text, refs),
         }
     return parity
+
+
+def _load_export(folder: Path) -> tuple[Any, Any]:
+    """The exported folder as ``AutoModelForSeq2SeqLM`` (fp32, eval mode) and ``AutoTokenizer`` load it."""
+    transformers = require_transformers()
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with (
+        warnings.catch_warnings()
+    ):  # MarianTokenizer asks for sacremoses, which only its unused normalize needs
+        warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
+        hf_tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    return hf_model, hf_tokenizer
+
+
+def _compare_greedy(
+    model: Transformer,
+    hf_model: Any,
+    sources: list[list[int]],
+    ours: list[list[int]],
+    theirs: list[list[int]],
+    batch_sentences: int,
+) -> tuple[float, list[Difference]]:
+    """The largest logit difference on our greedy translations, by batches of similar length, and the
+    sentences whose greedy ids differ (in input order), each with the margins that explain it."""
+    max_diff, differences = 0.0, []
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    for start in range(0, len(order), batch_sentences):
+        part = [i for i in order[start : start + batch_sentences] if sources[i]]
+        if not part:
+            continue
+        diff, margins = _compare_logits(model, hf_model, [sources[i] for i in part], [ours[i] for i in part])
+        max_diff = max(max_diff, diff)
+        for i, log_probs in zip(part, margins):
+            if ours[i] != theirs[i]:
+                differences.append(_difference(i, ours[i], theirs[i], log_probs))
+    differences.sort(key=lambda d: d.index)
+    return max_diff, differences
 
 
 def special_texts(tokenizer: Tokenizer, sentences: list[str]) -> list[str]:

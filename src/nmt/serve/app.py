@@ -21,8 +21,8 @@ import re
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, astuple, replace
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import asdict, astuple, dataclass, replace
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -37,6 +37,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nmt.config import DecodingConfig, ServerLimits
 from nmt.devices import select_device, usable_cores
 from nmt.errors import NMTError
+from nmt.serve.batch_decoding import (
+    JobResult,
+    ScoreSettings,
+    TranslateSettings,
+    TranslatorSpec,
+    load_work,
+    translate_batch,
+)
 from nmt.serve.batcher import Batcher, Job, QueueFull
 from nmt.serve.limits import (
     BadRequest,
@@ -50,16 +58,8 @@ from nmt.serve.limits import (
     read_body,
     score_batch_tokens,
 )
-from nmt.serve.requests import parse_request, parse_score
+from nmt.serve.requests import ScoreRequest, TranslateRequest, parse_request, parse_score
 from nmt.serve.telemetry import ServiceMetrics
-from nmt.serve.work import (
-    JobResult,
-    ScoreSettings,
-    TranslateSettings,
-    TranslatorSpec,
-    load_work,
-    translate_batch,
-)
 from nmt.serve.workers import InlineWorker, Refused, ServerStopping, Worker, WorkerFailed, WorkerTimeout
 from nmt.translator import Translator
 
@@ -68,6 +68,39 @@ Parsed = TypeVar("Parsed")  # a request model: what parse_request or parse_score
 log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # no one reads this answer (nginx's code for a client that closed the request)
 _DECODING_KEY = re.compile(r"decoding\.(\w+)=")
+
+
+@dataclass
+class ServiceState:
+    """Everything the route handlers share, made once by :func:`create_app` and kept on ``app.state``."""
+
+    translator: Translator
+    limits: ServerLimits
+    defaults: DecodingConfig  # the decoding settings of a request that sets none
+    scoring: DecodingConfig  # /score's: within decoding.max_tokens and serve.max_score_mb
+    alignment_layer: int | None  # the decoder layer of the word alignments (None: the penultimate)
+    metrics: ServiceMetrics
+    batcher: Batcher
+    accepts: BackendCheck
+    info: dict[str, Any]  # what GET /info answers
+    page: str  # the page at GET /
+
+    @property
+    def max_body(self) -> int:
+        return self.limits.max_body_kb * 1024
+
+
+@dataclass
+class Queued:
+    """A checked request, ready for the queue: its source ids, its batching key (requests share a search
+    only with requests of the same key), its settings, and what its search keeps in memory."""
+
+    ids: list[list[int]]
+    key: Any
+    settings: TranslateSettings | ScoreSettings
+    name: str  # the answer's field: "translations" or "scores"
+    decoding: DecodingConfig  # the settings the answer shows
+    memory: int = 0
 
 
 def create_app(
@@ -90,6 +123,29 @@ def create_app(
     end, while its requests get their 504 on time. NMTError when the backend cannot decode ``defaults``
     or the model has no decoder layer ``alignment_layer``.
     """
+    state = service_state(translator, limits, defaults, spec, alignment_layer)
+    app = FastAPI(title="nmt translation service", lifespan=lifespan)
+    if allowed_hosts is not None:
+        app.add_middleware(HostCheck, allowed_hosts=list(allowed_hosts), metrics=state.metrics)
+    app.state.service = state
+    app.add_api_route("/", index, methods=["GET"], response_class=HTMLResponse)
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/info", service_info, methods=["GET"])
+    app.add_api_route("/metrics", prometheus, methods=["GET"])
+    app.add_api_route("/translate", translate, methods=["POST"])
+    app.add_api_route("/score", score, methods=["POST"])
+    return app
+
+
+def service_state(
+    translator: Translator,
+    limits: ServerLimits,
+    defaults: DecodingConfig,
+    spec: TranslatorSpec | None,
+    alignment_layer: int | None,
+) -> ServiceState:
+    """The checks made at start (NMTError for settings every request would fail with), then the
+    workers, their queue and what the service tells about itself."""
     check_defaults(translator, defaults, limits)
     vocab = translator.tokenizer.tgt_vocab_size
     check_score_memory(limits, vocab, translator.max_source)
@@ -97,194 +153,221 @@ def create_app(
     scoring = replace(defaults, max_tokens=score_batch_tokens(limits, vocab, defaults.max_tokens))
     translator.check_alignment_layer(alignment_layer)  # the page asks for alignments with each translation
     metrics = ServiceMetrics()
-    max_body, max_response = limits.max_body_kb * 1024, int(limits.max_response_mb * 2**20)
-    max_search = limits.max_search_mb * 2**20
+    max_response, max_search = int(limits.max_response_mb * 2**20), limits.max_search_mb * 2**20
     workers = make_workers(translator, limits, spec, max_response)
     batcher = Batcher(workers, limits.max_tokens, limits.queue_size, metrics, max_search)
-    backend = translator.info()["backend"]
     info = {**translator.info(), "decoding": public_decoding(defaults), "limits": asdict(limits)}
-    model = info["model"]
-    accepts = BackendCheck(translator)
-
-    async def request_body(request: Request, parse: Callable[[bytes, ServerLimits], Parsed]) -> Parsed:
-        """A POST's JSON body parsed by ``parse``, or BadRequest: a wrong content type, a declared or read
-        body over ``serve.max_body_kb``, a body that arrives slower than ``serve.timeout_s`` allows."""
-        check_content_type(request.headers.get("content-type"))
-        declared_length(request.headers.get("content-length"), max_body)
-        return parse(await read_body(request.stream(), max_body, limits.timeout_s), limits)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        await batcher.start()
-        try:
-            yield
-        finally:
-            await batcher.stop()
-
-    app = FastAPI(title="nmt translation service", lifespan=lifespan)
-    if allowed_hosts is not None:
-        app.add_middleware(HostCheck, allowed_hosts=list(allowed_hosts), metrics=metrics)
-    app.state.batcher, app.state.metrics = batcher, metrics
     page = resources.files("nmt.serve").joinpath("static/index.html").read_text(encoding="utf-8")
+    accepts = BackendCheck(translator)
+    return ServiceState(
+        translator, limits, defaults, scoring, alignment_layer, metrics, batcher, accepts, info, page
+    )
 
-    @app.get("/", response_class=HTMLResponse)
-    async def index() -> str:
-        metrics.requests.labels(path="/", status="200").inc()
-        return page
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        """200 while every worker can decode; 503 while one is down or starting again."""
-        running = batcher.running
-        status = 200 if running else 503
-        metrics.requests.labels(path="/health", status=str(status)).inc()
-        body = {
-            "status": "ok" if running else "unavailable",
-            "workers": {"ready": sum(w.alive for w in batcher.workers), "total": len(batcher.workers)},
-            "queued": len(batcher.pending),
-            "batches": batcher.batches,
-            "restarts": batcher.restarts,
-        }
-        return JSONResponse(body, status_code=status)
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The workers run while the app does."""
+    batcher = app.state.service.batcher
+    await batcher.start()
+    try:
+        yield
+    finally:
+        await batcher.stop()
 
-    @app.get("/info")
-    async def service_info() -> dict[str, Any]:
-        metrics.requests.labels(path="/info", status="200").inc()
-        return info
 
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        metrics.requests.labels(path="/metrics", status="200").inc()
-        return Response(metrics.render(), media_type=metrics.content_type)
+def service(request: Request) -> ServiceState:
+    return request.app.state.service
 
-    @app.post("/translate")
-    async def translate(request: Request) -> Response:
-        answer = Reply("/translate", metrics)
-        deadline = answer.started + limits.timeout_s
 
+async def index(request: Request) -> str:
+    state = service(request)
+    state.metrics.requests.labels(path="/", status="200").inc()
+    return state.page
+
+
+async def health(request: Request) -> JSONResponse:
+    """200 while every worker can decode; 503 while one is down or starting again."""
+    state = service(request)
+    batcher = state.batcher
+    running = batcher.running
+    status = 200 if running else 503
+    state.metrics.requests.labels(path="/health", status=str(status)).inc()
+    body = {
+        "status": "ok" if running else "unavailable",
+        "workers": {"ready": sum(w.alive for w in batcher.workers), "total": len(batcher.workers)},
+        "queued": len(batcher.pending),
+        "batches": batcher.batches,
+        "restarts": batcher.restarts,
+    }
+    return JSONResponse(body, status_code=status)
+
+
+async def service_info(request: Request) -> dict[str, Any]:
+    state = service(request)
+    state.metrics.requests.labels(path="/info", status="200").inc()
+    return state.info
+
+
+async def prometheus(request: Request) -> Response:
+    metrics = service(request).metrics
+    metrics.requests.labels(path="/metrics", status="200").inc()
+    return Response(metrics.render(), media_type=metrics.content_type)
+
+
+async def translate(request: Request) -> Response:
+    state = service(request)
+    answer = Reply("/translate", state.metrics)
+    deadline = answer.started + state.limits.timeout_s
+    try:
+        parsed = await request_body(state, request, parse_request)
+        answer.sentences = len(parsed.text)
+        queued = translation_job(state, parsed)
+    except BadRequest as e:
+        return answer(e.status, e.body(), e.headers)
+    except ClientDisconnect:
+        return answer(CLIENT_GONE, {"error": "the client left"})
+    return await finish(state, request, answer, queued, deadline)
+
+
+async def score(request: Request) -> Response:
+    """The model's score of given translations (the page's edited translation), hardened as
+    ``/translate``: the same limits, queue, workers and timeout."""
+    state = service(request)
+    answer = Reply("/score", state.metrics)
+    deadline = answer.started + state.limits.timeout_s
+    try:
+        parsed = await request_body(state, request, parse_score)
+        answer.sentences = len(parsed.text)
+        queued = scoring_job(state, parsed)
+    except BadRequest as e:
+        return answer(e.status, e.body(), e.headers)
+    except ClientDisconnect:
+        return answer(CLIENT_GONE, {"error": "the client left"})
+    return await finish(state, request, answer, queued, deadline)
+
+
+async def request_body(
+    state: ServiceState, request: Request, parse: Callable[[bytes, ServerLimits], Parsed]
+) -> Parsed:
+    """A POST's JSON body parsed by ``parse``, or BadRequest: a wrong content type, a declared or read
+    body over ``serve.max_body_kb``, a body that arrives slower than ``serve.timeout_s`` allows."""
+    check_content_type(request.headers.get("content-type"))
+    declared_length(request.headers.get("content-length"), state.max_body)
+    return parse(await read_body(request.stream(), state.max_body, state.limits.timeout_s), state.limits)
+
+
+def translation_job(state: ServiceState, parsed: TranslateRequest) -> Queued:
+    """A ``/translate`` request checked before it costs anything: its settings (also by the backend), the
+    attention and alignments it asks for, its prefixes, its output length and search memory; BadRequest
+    otherwise."""
+    translator, limits = state.translator, state.limits
+    decoding = settings(translator, parsed.decoding(), state.defaults, state.accepts)
+    check_scores(decoding, limits)
+    if parsed.attention and translator.missing_attention:
+        raise BadRequest(422, "attention", translator.missing_attention)
+    if parsed.alignments and translator.missing_attention:
+        raise BadRequest(422, "alignments", translator.missing_attention)
+    ids = translator.encode(parsed.text)
+    lengths = [len(s) for s in ids]
+    prefixes = None
+    if parsed.prefix is not None:
         try:
-            parsed = await request_body(request, parse_request)
-            answer.sentences = len(parsed.text)
-            decoding = settings(translator, parsed.decoding(), defaults, accepts)
-            check_scores(decoding, limits)
-            if parsed.attention and translator.missing_attention:
-                raise BadRequest(422, "attention", translator.missing_attention)
-            if parsed.alignments and translator.missing_attention:
-                raise BadRequest(422, "alignments", translator.missing_attention)
-            ids = translator.encode(parsed.text)
-            lengths = [len(s) for s in ids]
-            prefixes = None
-            if parsed.prefix is not None:
-                try:
-                    prefixes = translator.encode_prefixes(ids, parsed.prefix, decoding, item="prefix")
-                except NMTError as e:
-                    raise BadRequest(422, "prefix", str(e)) from None
-            asked = set(parsed.model_fields_set)
-            check_output_length(lengths, decoding, limits, translator.max_source, asked)
-            memory = translator.search_bytes(ids, decoding)
-            check_search_memory(memory, lengths, decoding, limits, asked)
-            if parsed.attention:
-                check_attention_size(lengths, decoding, limits, translator.max_source, model)
-        except BadRequest as e:
-            return answer(e.status, e.body(), e.headers)
-        except ClientDisconnect:
-            return answer(CLIENT_GONE, {"error": "the client left"})
-        # requests with target prefixes share a search only with requests of the same prefixes
-        prefix_key = tuple(map(tuple, prefixes)) if prefixes else None
-        key = (astuple(decoding), parsed.attention, parsed.alignments, prefix_key)
-        job_settings = TranslateSettings(
-            decoding, parsed.attention, parsed.alignments, prefixes, alignment_layer
+            prefixes = translator.encode_prefixes(ids, parsed.prefix, decoding, item="prefix")
+        except NMTError as e:
+            raise BadRequest(422, "prefix", str(e)) from None
+    asked = set(parsed.model_fields_set)
+    check_output_length(lengths, decoding, limits, translator.max_source, asked)
+    memory = translator.search_bytes(ids, decoding)
+    check_search_memory(memory, lengths, decoding, limits, asked)
+    if parsed.attention:
+        check_attention_size(lengths, decoding, limits, translator.max_source, state.info["model"])
+    # requests with target prefixes share a search only with requests of the same prefixes
+    prefix_key = tuple(map(tuple, prefixes)) if prefixes else None
+    key = (astuple(decoding), parsed.attention, parsed.alignments, prefix_key)
+    job = TranslateSettings(decoding, parsed.attention, parsed.alignments, prefixes, state.alignment_layer)
+    return Queued(ids, key, job, "translations", decoding, sum(memory))
+
+
+def scoring_job(state: ServiceState, parsed: ScoreRequest) -> Queued:
+    """A ``/score`` request checked: the alignments it asks for and its targets; BadRequest otherwise."""
+    translator = state.translator
+    if parsed.alignments and translator.missing_attention:
+        raise BadRequest(422, "alignments", translator.missing_attention)
+    ids = translator.encode(parsed.text)
+    try:
+        targets = translator.encode_targets(parsed.target, item="target")
+    except NMTError as e:
+        raise BadRequest(422, "target", str(e)) from None
+    key = ("score", astuple(state.defaults), parsed.alignments)
+    job = ScoreSettings(state.scoring, targets, parsed.alignments, state.alignment_layer)
+    return Queued(ids, key, job, "scores", state.defaults)
+
+
+async def finish(
+    state: ServiceState, request: Request, answer: Reply, queued: Queued, deadline: float
+) -> Response:
+    """Queue the job, wait for its worker and answer ``{name: ..., "decoding", "backend", "elapsed_ms"}``,
+    or the error that stopped it."""
+    outcome = await run_job(state, request, answer, queued, deadline)
+    if isinstance(outcome, Response):
+        return outcome
+    if outcome.refused is not None:
+        return answer(422, refusal(outcome.refused))
+    if outcome.translations is None:
+        return answer(*unanswerable(outcome, state.limits))
+    if queued.name == "translations":
+        state.metrics.sentences.inc(len(queued.ids))
+        state.metrics.source_tokens.inc(sum(len(s) for s in queued.ids))
+        state.metrics.target_tokens.inc(outcome.target_tokens)
+    elapsed_ms = round(1000 * (answer.loop.time() - answer.started), 1)
+    backend = state.info["backend"]
+    tail = {"decoding": public_decoding(queued.decoding), "backend": backend, "elapsed_ms": elapsed_ms}
+    head = f'{{"{queued.name}":'.encode()
+    return answer(200, head + outcome.translations + b"," + json.dumps(tail)[1:].encode())
+
+
+async def run_job(
+    state: ServiceState, request: Request, answer: Reply, queued: Queued, deadline: float
+) -> JobResult | Response:
+    """The worker's result for ``queued``, or the answer when it has none: a full queue, a failed,
+    stopping or late worker, a client that left."""
+    limits = state.limits
+    retry = {"Retry-After": str(limits.retry_after_s)}
+    try:
+        job = state.batcher.submit(queued.ids, queued.key, queued.settings, deadline, queued.memory)
+    except QueueFull as e:
+        return answer(503, {"error": f"busy: {e}; retry later"}, retry)
+    except WorkerFailed as e:
+        return answer(503, {"error": str(e)}, retry)
+    outcome = await wait_for(request, state.batcher, job, deadline)
+    if outcome is None:
+        return answer(CLIENT_GONE, {"error": "the client left"})
+    try:
+        return outcome.result()
+    except (asyncio.CancelledError, WorkerTimeout):
+        message = f"not translated within serve.timeout_s={limits.timeout_s:g} s; send less or retry later"
+        return answer(504, {"error": message})
+    except Refused as e:
+        return answer(422, refusal(str(e)))
+    except ServerStopping as e:
+        return answer(503, {"error": str(e)}, retry)
+    except WorkerFailed as e:
+        return answer(500, {"error": f"{e}; it is being started again"})
+    except Exception:  # noqa: BLE001 - a bug: logged with its traceback, the client gets a 500
+        log.exception("translating a request failed")
+        return answer(500, {"error": "internal error"})
+
+
+def unanswerable(result: JobResult, limits: ServerLimits) -> tuple[int, dict[str, str]]:
+    """The 422 of a result with no answer: one too large to send, or scores that are not numbers."""
+    if result.size:
+        message = (
+            f"the answer would take {result.size / 2**20:.1f} MB, over serve.max_response_mb="
+            f"{limits.max_response_mb:g}; send fewer sentences or ask for a shorter n-best list"
         )
-        return await finish(
-            request, answer, ids, key, job_settings, deadline, "translations", decoding, sum(memory)
-        )
-
-    async def finish(
-        request: Request,
-        answer: Reply,
-        ids: list[list[int]],
-        key: Any,
-        job_settings: TranslateSettings | ScoreSettings,
-        deadline: float,
-        name: str,
-        decoding: DecodingConfig,
-        memory: int = 0,
-    ) -> Response:
-        """Queue the job (whose search keeps ``memory`` bytes), wait for its worker and answer
-        ``{name: ..., "decoding", "backend", "elapsed_ms"}``, or the error that stopped it."""
-        try:
-            job = batcher.submit(ids, key, job_settings, deadline, memory)
-        except QueueFull as e:
-            return answer(
-                503, {"error": f"busy: {e}; retry later"}, {"Retry-After": str(limits.retry_after_s)}
-            )
-        except WorkerFailed as e:
-            return answer(503, {"error": str(e)}, {"Retry-After": str(limits.retry_after_s)})
-        outcome = await wait_for(request, batcher, job, deadline)
-        if outcome is None:
-            return answer(CLIENT_GONE, {"error": "the client left"})
-        try:
-            result: JobResult = outcome.result()
-        except (asyncio.CancelledError, WorkerTimeout):
-            message = (
-                f"not translated within serve.timeout_s={limits.timeout_s:g} s; send less or retry later"
-            )
-            return answer(504, {"error": message})
-        except Refused as e:
-            return answer(422, refusal(str(e)))
-        except ServerStopping as e:
-            return answer(503, {"error": str(e)}, {"Retry-After": str(limits.retry_after_s)})
-        except WorkerFailed as e:
-            return answer(500, {"error": f"{e}; it is being started again"})
-        except Exception:  # noqa: BLE001 - a bug: logged with its traceback, the client gets a 500
-            log.exception("translating a request failed")
-            return answer(500, {"error": "internal error"})
-        if result.refused is not None:
-            return answer(422, refusal(result.refused))
-        if result.translations is None:
-            if result.size:
-                message = (
-                    f"the answer would take {result.size / 2**20:.1f} MB, over serve.max_response_mb="
-                    f"{limits.max_response_mb:g}; send fewer sentences or ask for a shorter n-best list"
-                )
-                return answer(422, {"error": f"text: {message}", "field": "text"})
-            message = "decoding: these settings give scores that are not finite numbers"
-            return answer(422, {"error": message, "field": "decoding"})
-        if name == "translations":
-            metrics.sentences.inc(len(ids))
-            metrics.source_tokens.inc(sum(len(s) for s in ids))
-            metrics.target_tokens.inc(result.target_tokens)
-        elapsed_ms = round(1000 * (answer.loop.time() - answer.started), 1)
-        tail = {"decoding": public_decoding(decoding), "backend": backend, "elapsed_ms": elapsed_ms}
-        head = f'{{"{name}":'.encode()
-        return answer(200, head + result.translations + b"," + json.dumps(tail)[1:].encode())
-
-    @app.post("/score")
-    async def score(request: Request) -> Response:
-        """The model's score of given translations (the page's edited translation), hardened as
-        ``/translate``: the same limits, queue, workers and timeout."""
-        answer = Reply("/score", metrics)
-        deadline = answer.started + limits.timeout_s
-
-        try:
-            parsed = await request_body(request, parse_score)
-            answer.sentences = len(parsed.text)
-            if parsed.alignments and translator.missing_attention:
-                raise BadRequest(422, "alignments", translator.missing_attention)
-            ids = translator.encode(parsed.text)
-            try:
-                targets = translator.encode_targets(parsed.target, item="target")
-            except NMTError as e:
-                raise BadRequest(422, "target", str(e)) from None
-        except BadRequest as e:
-            return answer(e.status, e.body(), e.headers)
-        except ClientDisconnect:
-            return answer(CLIENT_GONE, {"error": "the client left"})
-        key = ("score", astuple(defaults), parsed.alignments)
-        job_settings = ScoreSettings(scoring, targets, parsed.alignments, alignment_layer)
-        return await finish(request, answer, ids, key, job_settings, deadline, "scores", defaults)
-
-    return app
+        return 422, {"error": f"text: {message}", "field": "text"}
+    message = "decoding: these settings give scores that are not finite numbers"
+    return 422, {"error": message, "field": "decoding"}
 
 
 def public_decoding(decoding: DecodingConfig) -> dict[str, Any]:

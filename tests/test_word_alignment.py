@@ -4,7 +4,8 @@ format, and the agreement scores (precision, recall, F1, AER)."""
 import pytest
 import torch
 
-from nmt.alignment import (
+from nmt.errors import NMTError
+from nmt.word_alignment import (
     alignment_scores,
     attention_links,
     grow_diag_final_and,
@@ -13,7 +14,6 @@ from nmt.alignment import (
     word_ids,
     words,
 )
-from nmt.errors import NMTError
 
 
 def test_pieces_that_start_with_the_space_mark_start_words():

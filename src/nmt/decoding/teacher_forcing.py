@@ -24,7 +24,7 @@ from nmt.special import BOS_ID, PAD_ID
 
 
 @dataclass
-class ForcedScore:
+class TeacherForcedScore:
     """The model's teacher-forced score of one given translation (:func:`score_ids`)."""
 
     log_prob: float  # log P(target + EOS | source)
@@ -40,7 +40,7 @@ def score_ids(
     max_positions: int,
     max_tokens: int,
     shortlist: Shortlist | None = None,
-) -> list[ForcedScore]:
+) -> list[TeacherForcedScore]:
     """log P(target + EOS | source) of each pair and its per-token terms, in input order; with a
     ``shortlist``, normalised over each pair's candidates (the module's docstring).
 
@@ -59,7 +59,7 @@ def score_ids(
     if shortlist is not None:
         check_shortlist(shortlist, model.vocab_sizes)
     sources = [list(s[: max_positions - 1]) for s in sources]
-    results: dict[int, ForcedScore] = {}
+    results: dict[int, TeacherForcedScore] = {}
     lengths = [len(s) + len(t) + 2 for s, t in zip(sources, targets)]
     for batch in length_sorted_batches(lengths, max_tokens):
         src = pad_batch([sources[i] for i in batch], device)
@@ -73,7 +73,7 @@ def score_ids(
         log_probs = model.teacher_forced_log_probs(src, tgt_in, keep, outside)  # (tokens, vocab), row-major
         picked = log_probs.gather(1, tgt_out[keep][:, None]).squeeze(1).double()
         for i, terms in zip(batch, picked.split(keep.sum(dim=1).tolist())):
-            results[i] = ForcedScore(terms.sum().item(), terms.tolist())
+            results[i] = TeacherForcedScore(terms.sum().item(), terms.tolist())
     return [results[i] for i in range(len(sources))]
 
 
