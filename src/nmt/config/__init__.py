@@ -87,6 +87,7 @@ from nmt.config.train import (
     LocalDataConfig,
     ModelConfig,
     Multi30kDataConfig,
+    MultiDataConfig,
     OptimConfig,
     RNNSearchConfig,
     TokenizerConfig,
@@ -100,6 +101,7 @@ from nmt.config.train import (
     to_container,
     to_train_config,
     with_absolute_folders,
+    corpus_configs,
 )
 
 __all__ = [
@@ -143,6 +145,7 @@ __all__ = [
     "LocalDataConfig",
     "ModelConfig",
     "Multi30kDataConfig",
+    "MultiDataConfig",
     "OptimConfig",
     "PipelineConfig",
     "PlotAttentionConfig",
@@ -186,4 +189,5 @@ __all__ = [
     "to_train_config",
     "valid_host_pattern",
     "with_absolute_folders",
+    "corpus_configs",
 ]
