@@ -44,14 +44,14 @@ def untagged(line: str) -> str:
     return line[match.end() :].lstrip() if match else line
 
 
-def refuse_tags(lines: list[str], where: str = "the input") -> None:
+def refuse_tags(lines: list[str], first_line: int = 1) -> None:
     """A bilingual model's input with a tag in it: refused in one line (the model knows no tags, and
     would translate the tag's pieces as text)."""
     for i, line in enumerate(lines):
         found = TAG.search(line)
         if found:
             raise NMTError(
-                f"{where}, line {i + 1}: {found.group(0)} is a target-language tag, but this model is "
+                f"line {first_line + i}: {found.group(0)} is a target-language tag, but this model is "
                 "bilingual (one direction, no tags): remove it"
             )
 

@@ -98,10 +98,11 @@ from nmt.config.train import (
     check_decoding,
     check_model,
     check_train_config,
+    corpus_configs,
+    directions_of,
     to_container,
     to_train_config,
     with_absolute_folders,
-    corpus_configs,
 )
 
 __all__ = [
@@ -190,4 +191,5 @@ __all__ = [
     "valid_host_pattern",
     "with_absolute_folders",
     "corpus_configs",
+    "directions_of",
 ]

@@ -596,6 +596,13 @@ def corpus_configs(cfg: MultiDataConfig, prefix: str = "data.") -> list[DataConf
     return typed
 
 
+def directions_of(cfg: DataConfig) -> list[tuple[str, str]]:
+    """The directions a corpus (a checkpoint's ``data``) trains: its corpora's, or its own one."""
+    if isinstance(cfg, MultiDataConfig):
+        return [(c.src_lang, c.tgt_lang) for c in corpus_configs(cfg)]
+    return [(cfg.src_lang, cfg.tgt_lang)]
+
+
 @fits_together(MultiDataConfig)
 def _multi_fits(cfg: MultiDataConfig, prefix: str) -> None:
     """Each direction once (its tag and its validation would be ambiguous), and one tokenizer for all."""

@@ -59,6 +59,8 @@ def train_sampler(data: PreparedData, temperature: float, *args, **kwargs) -> To
     log.info(
         "temperature %g: %s",
         temperature,
-        ", ".join(f"{s}->{t} {n:,} pairs, drawn {p:.1%}" for (s, t), n, p in zip(data.directions, sizes, shares)),
+        ", ".join(
+            f"{s}->{t} {n:,} pairs, drawn {p:.1%}" for (s, t), n, p in zip(data.directions, sizes, shares)
+        ),
     )
     return TemperatureBatchSampler(*args, sizes=sizes, temperature=temperature, **kwargs)

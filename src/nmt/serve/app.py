@@ -50,7 +50,7 @@ from nmt.serve.limits import (
     read_body,
     score_batch_tokens,
 )
-from nmt.serve.requests import parse_request, parse_score
+from nmt.serve.requests import encode_sources, parse_request, parse_score
 from nmt.serve.telemetry import ServiceMetrics
 from nmt.serve.work import (
     JobResult,
@@ -171,7 +171,7 @@ def create_app(
                 raise BadRequest(422, "attention", translator.missing_attention)
             if parsed.alignments and translator.missing_attention:
                 raise BadRequest(422, "alignments", translator.missing_attention)
-            ids = translator.encode(parsed.text)
+            ids = encode_sources(translator, parsed.text, parsed.target_lang)
             lengths = [len(s) for s in ids]
             prefixes = None
             if parsed.prefix is not None:
@@ -271,7 +271,7 @@ def create_app(
             answer.sentences = len(parsed.text)
             if parsed.alignments and translator.missing_attention:
                 raise BadRequest(422, "alignments", translator.missing_attention)
-            ids = translator.encode(parsed.text)
+            ids = encode_sources(translator, parsed.text, parsed.target_lang)
             try:
                 targets = translator.encode_targets(parsed.target, item="target")
             except NMTError as e:

@@ -70,7 +70,8 @@ def direction_table(metrics: dict) -> list[str]:
     """The valid table's rows of a multilingual run: one per direction (none for a bilingual run)."""
     names = [key.split("/", 1)[1] for key in metrics if key.startswith("bleu/")]
     return [
-        f"  {name.replace('-', '->'):<12} BLEU {metrics['bleu/' + name]:6.2f}  chrF {metrics['chrf/' + name]:6.2f}"
+        f"  {name.replace('-', '->'):<12} BLEU {metrics['bleu/' + name]:6.2f}  "
+        f"chrF {metrics['chrf/' + name]:6.2f}"
         for name in names
     ]
 
