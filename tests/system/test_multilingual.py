@@ -1,0 +1,105 @@
+"""Many languages in one model: a tiny Transformer learns the toy task into three target languages
+(data=toy_multi: the same source sentences, three invented lexicons), with target-language tags, and
+everything after training asks which language it translates into."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from nmt.config import DecodingOverrides
+from nmt.data import prepare_corpus
+from nmt.errors import NMTError
+from nmt.metrics import corpus_scores
+from nmt.training.loop import train
+from nmt.translator import Translator
+
+LANGS = ("de", "fr", "cs")
+TOY_MULTI = (
+    "data=toy_multi", "tokenizer.vocab_size=300", "data.workers=1", "model.d_model=64", "model.ff_dim=128",
+    "optim.lr=3e-3", "optim.warmup_steps=50", "trainer.max_steps=700", "trainer.valid_every=700",
+    "trainer.valid_bleu_sentences=40", "trainer.attention_image=false", "trainer.log_every=100",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def multi_run(toy, tmp_path_factory):
+    """The trained multilingual toy model (three target lexicons, 700 updates, ~30 s): its config, its
+    last validation and its checkpoint."""
+    cfg = toy.config(*TOY_MULTI)
+    run_dir = tmp_path_factory.mktemp("multi") / "run"
+    final = train(cfg, run_dir)
+    return cfg, final, run_dir / "checkpoints" / "last.pt"
+
+
+@pytest.fixture
+def multi_translator(multi_run):
+    return Translator.from_checkpoint(str(multi_run[2]), torch.device("cpu"))
+
+
+def test_each_direction_learns_and_the_tag_chooses_the_language(multi_run, multi_translator):
+    cfg, final, _ = multi_run
+    for lang in LANGS:
+        assert final[f"bleu/src-{lang}"] > 60, final  # chance is near 0: 40 invented words each
+    assert final["bleu"] == pytest.approx(sum(final[f"bleu/src-{lang}"] for lang in LANGS) / 3)
+    data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
+    sources, refs = data.raw("valid")
+    rows = data.group_ranges("valid")
+    first = [sources[i] for i in rows[0][:20]]
+    sentences = [line.split(" ", 1)[1] for line in first]  # untagged: the same in every direction
+    references = {lang: [refs[i] for i in group[:20]] for lang, group in zip(LANGS, rows)}
+    decoding = multi_translator.decoding_with(DecodingOverrides())
+    for lang, group in zip(LANGS, rows):
+        assert [sources[i] for i in group[:20]] == [f">>{lang}<< {s}" for s in sentences]
+        multi_translator.choose_target(lang)
+        hyps = multi_translator.translations(sentences, decoding).texts
+        for other in LANGS:  # the same sources: into the language asked for, not another
+            bleu = corpus_scores(hyps, references[other])["bleu"].score
+            assert bleu > 60 if other == lang else bleu < 5, (lang, other, bleu)
+
+
+def test_info_lists_the_directions(multi_translator):
+    info = multi_translator.info()
+    assert info["multilingual"] and info["directions"] == ["src-de", "src-fr", "src-cs"]
+
+
+def test_a_target_language_is_required_mapped_or_refused(multi_translator, caplog):
+    with pytest.raises(
+        NMTError, match=r"^tgt_lang: this model translates into several languages \(de, fr, cs\)"
+    ):
+        multi_translator.encode(["bumini"])
+    with pytest.raises(NMTError, match=r"^tgt_lang=ro: the model translates into de, fr, cs only$"):
+        multi_translator.choose_target("ro")
+    caplog.set_level(logging.INFO)
+    assert multi_translator.choose_target("ces") == "cs" and "'ces' taken as 'cs'" in caplog.text
+    assert multi_translator.choose_target("FR") == "fr"
+    assert multi_translator.encode(["bumini"]) == multi_translator.encode(["bumini"], tgt_lang="fr")
+
+
+def test_a_direction_never_trained_needs_zero_shot(multi_translator):
+    with pytest.raises(NMTError, match=r"de->fr was never trained .*zero_shot=true translates it anyway"):
+        multi_translator.choose_target("fr", src_lang="de")
+    assert multi_translator.choose_target("fr", src_lang="de", zero_shot=True) == "fr"
+
+
+def test_translate_script_asks_for_a_language_and_translates_into_it(toy, multi_run, tmp_path):
+    checkpoint = f"checkpoint={multi_run[2]}"
+    refused = toy.script("translate.py", checkpoint, cwd=tmp_path, stdin="bumini\n")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: tgt_lang: this model translates into")
+    done = toy.script("translate.py", checkpoint, "tgt_lang=cs", cwd=tmp_path, stdin="bumini papabi\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+
+
+def test_a_bilingual_model_refuses_a_tag_and_translates_as_before(toy_run):
+    translator = Translator.from_checkpoint(str(toy_run.checkpoints / "last.pt"), torch.device("cpu"))
+    with pytest.raises(
+        NMTError, match=r"^line 2: >>de<< is a target-language tag, but this model is bilingual"
+    ):
+        translator.encode(["a b", ">>de<< a b"])
+    lines = ["bumini papabi zogofo", "rifi toso"]
+    assert translator.encode(lines) == translator.tokenizer.encode_src(lines)  # untagged, as before
+    assert translator.info()["directions"] == ["src-tgt"] and not translator.info()["multilingual"]
