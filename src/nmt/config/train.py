@@ -584,6 +584,7 @@ def corpus_configs(cfg: MultiDataConfig, prefix: str = "data.") -> list[DataConf
         if source not in DATA_SCHEMAS or source == "multi":
             choices = tuple(k for k in DATA_SCHEMAS if k != "multi")
             raise NMTError(f"{where}.source={source}: must be one of {', '.join(choices)}")
+        entry.setdefault("name", f"{cfg.name}-{i}")
         entry.setdefault("cache_dir", cfg.cache_dir)
         entry.setdefault("workers", cfg.workers)
         try:
