@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from nmt.alignment import WordAlignment, attention_links, cross_attention_batches, resolve_layer, words
 from nmt.attention_maps import CrossAttention
 from nmt.backends import Backend, TorchBackend, check_backend, no_attention, open_backend
+from nmt.checkpoint import checkpoint_config, load_checkpoint
 from nmt.config import (
     DecodingConfig,
     DecodingOverrides,
@@ -49,6 +50,7 @@ __all__ = [  # what callers get
     "Translator",
     "WordAlignment",
     "best_tokens",
+    "trained_directions",
 ]
 
 log = logging.getLogger(__name__)
@@ -165,6 +167,19 @@ class Translator:
         lang = choose_target(self.directions, tgt_lang, src_lang, zero_shot)
         self.target_lang = lang if self.multilingual else None
         return lang
+
+    def direction(
+        self, tgt_lang: str | None, src_lang: str | None = None, zero_shot: bool = False
+    ) -> tuple[str, str]:
+        """:meth:`choose_target`, with the source language: ``src_lang``, else the one the model
+        translates from into that target (several: refused in one line naming them)."""
+        lang = self.choose_target(tgt_lang, src_lang, zero_shot)
+        if src_lang:
+            return src_lang, lang
+        sources = [s for s, t in self.directions if t == lang]
+        if len(sources) > 1:
+            raise NMTError(f"src_lang: the model translates into {lang} from {', '.join(sources)}; name one")
+        return sources[0], lang
 
     def source_texts(
         self, lines: Sequence[str], first_line: int = 1, tgt_lang: str | None = None
@@ -470,3 +485,8 @@ def merge_decoding(base: DecodingConfig, overrides: DecodingOverrides) -> Decodi
 def where(i: int, first_line: int, item: str | None) -> str:
     """How a refusal names the i-th text of a batch: the line of an input file, or a request's ``item[i]``."""
     return f"line {first_line + i}" if item is None else f"{item}[{i}]"
+
+
+def trained_directions(checkpoint: Any) -> list[tuple[str, str]]:
+    """The directions a checkpoint (an ensemble's first) was trained on, from its config alone."""
+    return directions_of(checkpoint_config(load_checkpoint(checkpoint_paths(checkpoint)[0])).data)

@@ -4,7 +4,9 @@ everything after training asks which language it translates into."""
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -103,3 +105,20 @@ def test_a_bilingual_model_refuses_a_tag_and_translates_as_before(toy_run):
     lines = ["bumini papabi zogofo", "rifi toso"]
     assert translator.encode(lines) == translator.tokenizer.encode_src(lines)  # untagged, as before
     assert translator.info()["directions"] == ["src-tgt"] and not translator.info()["multilingual"]
+
+
+def test_evaluate_scores_every_trained_direction_in_one_report(toy, multi_run, tmp_path):
+    proc = toy.script("evaluate.py", f"checkpoint={multi_run[2]}", "data.split=valid", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = proc.stdout.splitlines()
+    assert rows[0].split()[:3] == ["direction", "bleu", "chrf"]
+    table = {row.split()[0]: float(row.split()[1]) for row in rows[1:5]}
+    assert set(table) == {"src-de", "src-fr", "src-cs", "mean"} and min(table.values()) > 60
+    report = json.loads(Path(rows[-1].removeprefix("report: ")).read_text())
+    assert set(report["directions"]) == {"src-de", "src-fr", "src-cs"}
+    assert report["mean"]["bleu"] == pytest.approx(table["mean"], abs=0.01)
+    one = toy.script(
+        "evaluate.py", f"checkpoint={multi_run[2]}", "data.split=valid", "tgt_lang=fr", cwd=tmp_path
+    )
+    assert one.returncode == 0, one.stderr
+    assert "valid.src-fr" in one.stdout
