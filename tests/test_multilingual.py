@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt.config import TokenizerConfig, check_train_config
+from nmt.config import TokenizerConfig, check_train_config, directions_of
 from nmt.data import prepare_text
 from nmt.data.batching import TokenBatchSampler
 from nmt.data.multilingual import TemperatureBatchSampler, epoch_counts, temperature_shares
@@ -160,3 +160,17 @@ def test_tokenizer_settings_are_unchanged_without_tags(tmp_path):
     tagged_tok = train_tokenizer(cfg, text, text, tmp_path, user_symbols=(">>de<<",))
     assert tagged_tok.src_pieces(tagged_tok.encode_src([">>de<< w1"])[0])[1] == ">>de<<"
     assert plain.fingerprint != tagged_tok.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("preset", "directions"),
+    [
+        ("multi30k_multi_cpu", ["en-de", "en-fr", "en-cs"]),
+        ("multi30k_many_cpu", ["en-de", "en-fr", "en-cs", "de-en", "fr-en", "cs-en"]),
+    ],
+)
+def test_the_multilingual_presets_compose_and_pass_the_checks(compose_train_cfg, preset, directions):
+    cfg = compose_train_cfg(f"experiment={preset}")
+    check_train_config(cfg)
+    assert ["-".join(d) for d in directions_of(cfg.data)] == directions
+    assert cfg.data.temperature == 5.0 and cfg.trainer.max_minutes == 60
