@@ -336,6 +336,25 @@ def evaluate_directions(cfg: EvaluateConfig, out_dir: Path) -> tuple[list[EvalRe
     return reports, path
 
 
+def mean_scores(cfg: EvaluateConfig, out_dir: Path) -> tuple[dict[str, float], EvalReport]:
+    """The scores of a checkpoint: its one direction's, or the unweighted mean over every direction a
+    multilingual checkpoint trained (``eval.out`` then gets each direction's suffix), with the first
+    direction's report (what choosing a final model needs)."""
+    directions = trained_directions(cfg.checkpoint)
+    if len(directions) == 1 or cfg.tgt_lang:
+        report = evaluate_checkpoint(cfg, out_dir)
+        return {name: s.score for name, s in report.scores.items()}, report
+    reports = []
+    for src, tgt in directions:
+        out = None if not cfg.eval.out else str(Path(cfg.eval.out).with_suffix(f".{src}-{tgt}.hyp"))
+        one = dataclasses.replace(
+            cfg, src_lang=src, tgt_lang=tgt, eval=dataclasses.replace(cfg.eval, out=out)
+        )
+        reports.append(evaluate_checkpoint(one, out_dir))
+    names = list(reports[0].scores)
+    return {n: sum(r.scores[n].score for r in reports) / len(reports) for n in names}, reports[0]
+
+
 def format_directions(reports: list[EvalReport]) -> str:
     """The table of a multilingual evaluation: a row per direction (BLEU, chrF, signature), the mean."""
     names = list(reports[0].scores)

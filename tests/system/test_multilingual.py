@@ -122,3 +122,13 @@ def test_evaluate_scores_every_trained_direction_in_one_report(toy, multi_run, t
     )
     assert one.returncode == 0, one.stderr
     assert "valid.src-fr" in one.stdout
+
+
+def test_select_final_chooses_on_the_mean_over_directions(toy, multi_run, tmp_path):
+    run_dir = multi_run[2].parent.parent
+    proc = toy.script("select_final.py", f"run_dir={run_dir}", "candidates=[best.pt,last.pt]", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    choice = json.loads((run_dir / "eval" / "final_choice.json").read_text())
+    hyps = sorted(p.name for p in (run_dir / "eval" / "selection").glob("*.hyp"))
+    assert hyps == sorted(f"{c}.valid.src-{lang}.hyp" for c in ("best", "last") for lang in LANGS)
+    assert all(c["bleu"] > 60 for c in choice["candidates"])
