@@ -132,3 +132,35 @@ def test_select_final_chooses_on_the_mean_over_directions(toy, multi_run, tmp_pa
     hyps = sorted(p.name for p in (run_dir / "eval" / "selection").glob("*.hyp"))
     assert hyps == sorted(f"{c}.valid.src-{lang}.hyp" for c in ("best", "last") for lang in LANGS)
     assert all(c["bleu"] > 60 for c in choice["candidates"])
+
+
+def test_the_service_translates_into_the_language_each_request_names(multi_run, multi_translator):
+    fastapi = pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from nmt.config import ServerLimits
+    from nmt.serve import create_app
+
+    cfg = multi_run[0]
+    sources, _ = prepare_corpus(cfg.data, cfg.tokenizer, progress=False).raw("valid")
+    sentence = sources[0].split(" ", 1)[1]
+    defaults = multi_translator.decoding_with(DecodingOverrides())
+    assert fastapi
+    with TestClient(create_app(multi_translator, ServerLimits(), defaults)) as client:
+        info = client.get("/info").json()
+        assert info["directions"] == ["src-de", "src-fr", "src-cs"]
+        got = {}
+        for lang in LANGS:
+            response = client.post("/translate", json={"text": [sentence], "target_lang": lang})
+            assert response.status_code == 200, response.text
+            got[lang] = response.json()["translations"][0]["text"]
+        assert len(set(got.values())) == 3
+        for lang in LANGS:  # as the translator asked for that language translates it
+            multi_translator.choose_target(lang)
+            assert got[lang] == multi_translator.translations([sentence], defaults).texts[0]
+        multi_translator.target_lang = None
+        refused = client.post("/translate", json={"text": [sentence]})
+        assert refused.status_code == 422 and refused.json()["field"] == "target_lang"
+        assert "several languages (de, fr, cs)" in refused.json()["error"]
+        unknown = client.post("/translate", json={"text": [sentence], "target_lang": "ro"})
+        assert unknown.status_code == 422 and "translates into de, fr, cs only" in unknown.json()["error"]
