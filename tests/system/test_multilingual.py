@@ -164,3 +164,28 @@ def test_the_service_translates_into_the_language_each_request_names(multi_run, 
         assert "several languages (de, fr, cs)" in refused.json()["error"]
         unknown = client.post("/translate", json={"text": [sentence], "target_lang": "ro"})
         assert unknown.status_code == 422 and "translates into de, fr, cs only" in unknown.json()["error"]
+
+
+def _corpora(*langs: str) -> str:
+    return "data.corpora=[" + ",".join(f"{{source: toy, src_lang: src, tgt_lang: {t}}}" for t in langs) + "]"
+
+
+def test_a_fine_tune_takes_a_subset_of_the_parents_directions(toy, multi_run, tmp_path):
+    parent = f"trainer.init_from={multi_run[2]}"
+    few = ("trainer.max_steps=20", "trainer.valid_every=20", "trainer.valid_bleu_sentences=20")
+    subset = toy.config(*TOY_MULTI, parent, _corpora("fr", "cs"), "optim.lr=3e-4", *few)
+    final = train(subset, tmp_path / "subset")
+    assert final["bleu/src-fr"] > 40 and "bleu/src-de" not in final  # from the parent's weights: ~0 else
+    with pytest.raises(
+        NMTError, match=r"^data\.corpora\[1\]: src->ro: the tag >>ro<< is not in the vocabulary"
+    ):
+        train(toy.config(*TOY_MULTI, parent, _corpora("fr", "ro"), *few), tmp_path / "new")
+    with pytest.raises(NMTError, match=r"^data\.source=toy: trainer\.init_from=.* is multilingual \(src->de"):
+        bilingual = toy.config(
+            parent, "tokenizer.vocab_size=300", "model.d_model=64", "model.ff_dim=128", *few
+        )
+        train(bilingual, tmp_path / "bilingual")
+    assert (
+        not (tmp_path / "new" / "checkpoints").exists()
+        and not (tmp_path / "bilingual" / "checkpoints").exists()
+    )
