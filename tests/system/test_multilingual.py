@@ -189,3 +189,20 @@ def test_a_fine_tune_takes_a_subset_of_the_parents_directions(toy, multi_run, tm
         not (tmp_path / "new" / "checkpoints").exists()
         and not (tmp_path / "bilingual" / "checkpoints").exists()
     )
+
+
+def test_the_ctranslate2_export_translates_with_the_tag(toy, multi_run, multi_translator, tmp_path):
+    pytest.importorskip("ctranslate2")
+    output = tmp_path / "ct2"
+    proc = toy.script("export_ct2.py", f"checkpoint={multi_run[2]}", f"output={output}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    ct2 = Translator.from_checkpoint(str(multi_run[2]), torch.device("cpu"), "ct2", str(output))
+    cfg = multi_run[0]
+    sources, _ = prepare_corpus(cfg.data, cfg.tokenizer, progress=False).raw("valid")
+    sentences = [line.split(" ", 1)[1] for line in sources[:10]]
+    greedy = multi_translator.decoding_with(DecodingOverrides(beam_size=1))
+    for lang in LANGS:
+        for translator in (ct2, multi_translator):
+            translator.choose_target(lang)
+        ours = multi_translator.translations(sentences, greedy).texts
+        assert ct2.translations(sentences, ct2.decoding_with(DecodingOverrides(beam_size=1))).texts == ours
