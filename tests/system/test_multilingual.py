@@ -206,3 +206,9 @@ def test_the_ctranslate2_export_translates_with_the_tag(toy, multi_run, multi_tr
             translator.choose_target(lang)
         ours = multi_translator.translations(sentences, greedy).texts
         assert ct2.translations(sentences, ct2.decoding_with(DecodingOverrides(beam_size=1))).texts == ours
+
+
+def test_the_transformers_export_of_a_multilingual_model_is_refused_in_one_line(toy, multi_run, tmp_path):
+    proc = toy.script("export_hf.py", f"checkpoint={multi_run[2]}", f"output={tmp_path / 'hf'}", cwd=tmp_path)
+    assert proc.returncode == 1 and not (tmp_path / "hf").exists()
+    assert "is multilingual (target-language tags): its transformers export is not supported" in proc.stderr
