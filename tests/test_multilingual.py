@@ -174,3 +174,16 @@ def test_the_multilingual_presets_compose_and_pass_the_checks(compose_train_cfg,
     check_train_config(cfg)
     assert ["-".join(d) for d in directions_of(cfg.data)] == directions
     assert cfg.data.temperature == 5.0 and cfg.trainer.max_minutes == 60
+
+
+def test_the_summary_counts_each_directions_pairs(compose_train_cfg, tmp_path):
+    from nmt.data import format_summary, prepare_corpus
+
+    cfg = compose_train_cfg(
+        "data=toy_multi", f"data.cache_dir={tmp_path}", "tokenizer.vocab_size=300", "data.workers=1"
+    )
+    cfg.data.corpora = [{**c, "train_size": 300, "valid_size": 20, "test_size": 10} for c in cfg.data.corpora]
+    data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
+    assert data.summary["directions"]["src-fr"] == {"train": 300, "valid": 20, "test": 10}
+    assert "  src->cs      train 300, valid 20, test 10" in format_summary(data.summary).splitlines()
+    assert data.group_ranges("test") == [range(0, 10), range(10, 20), range(20, 30)]

@@ -509,7 +509,12 @@ def _summary(
     def mean(lengths: np.ndarray) -> float:
         return float(lengths.mean()) if len(lengths) else 0.0
 
+    by_direction = {  # several corpora: the pairs of each per split
+        f"{s}-{t}": {split: meta["group_pairs"][split][i] for split in SPLITS}
+        for i, (s, t) in enumerate(meta.get("directions", []))
+    }
     return {
+        **({"directions": by_direction} if by_direction else {}),
         "name": cfg.name,
         "root": str(root),
         "direction": [cfg.src_lang, cfg.tgt_lang],
@@ -555,6 +560,9 @@ def format_summary(summary: dict) -> str:
             f"{split:<6} {pairs:>9,} {tokens['src']:>12,} {tokens['tgt']:>12,} "
             f"{mean['src']:>8.1f} {mean['tgt']:>8.1f}  {drop_text}"
         )
+    for direction, pairs in summary.get("directions", {}).items():
+        counts = ", ".join(f"{split} {n:,}" for split, n in pairs.items())
+        lines.append(f"  {direction.replace('-', '->'):<12} {counts}")
     sampled = summary["sampled_copies"]
     if sampled["copies"]:
         best = summary["tokens"]["train"]["src"] + summary["tokens"]["train"]["tgt"]
