@@ -189,7 +189,7 @@ def prepare_corpus(
                 text_path(root, "train", src),
                 text_path(root, "train", tgt),
                 root,
-                user_symbols=source_tags(data_cfg),
+                **({"user_symbols": tags} if (tags := source_tags(data_cfg)) else {}),  # none: bilingual
             )
         ids_dir = _encode(root, tokenizer, src, tgt, workers, progress)
         copies = (
