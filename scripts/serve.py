@@ -23,6 +23,7 @@ def main(cfg: DictConfig) -> None:
     sock = listen(cfg.host, cfg.port)
     spec = TranslatorSpec(cfg.checkpoint, cfg.device, cfg.backend, cfg.ct2_model)
     translator = spec.load()
+    translator.choose_target(cfg.tgt_lang, cfg.src_lang, cfg.zero_shot)  # the default of requests
     hosts = trusted_hosts(cfg.serve.allowed_hosts, cfg.host)
     defaults = translator.decoding_with(cfg.decoding)
     app = create_app(translator, cfg.serve, defaults, spec, cfg.alignment_layer, hosts)

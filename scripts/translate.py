@@ -34,6 +34,7 @@ def main(cfg: DictConfig) -> None:
         ct2_threads=(cfg.ct2_inter_threads, cfg.ct2_intra_threads),
         workers=cfg.workers,
     )
+    translator.choose_target(cfg.tgt_lang, cfg.src_lang, cfg.zero_shot)
     decoding = translator.decoding_with(cfg.decoding)
     if cfg.alignments:
         translator.require_attention("alignments=true")

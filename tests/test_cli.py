@@ -204,7 +204,10 @@ def test_help_lists_only_the_scripts_own_keys_with_their_descriptions():
 
 def test_train_help_lists_the_groups_and_the_chosen_options_keys():
     text = script_help("train", ["experiment=toy", "data=local"], None)
-    groups = "hf, iwslt2017, local, multi30k, opus100, toy, wmt14, wmt14_de_en, wmt16"
+    groups = (
+        "hf, iwslt2017, local, multi30k, multi30k_many, multi30k_multi, opus100, toy, toy_multi, wmt14, "
+        "wmt14_de_en, wmt16"
+    )
     assert f"  data: {groups} (now: local)" in text
     assert "  data.dir: ???" in text
     assert "  trainer.max_steps: 1000  # optimizer updates; 0 = no limit" in text

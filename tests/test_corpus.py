@@ -30,7 +30,7 @@ def forbid_rebuilding(monkeypatch) -> None:
     def fail(*args, **kwargs):
         raise AssertionError("rebuilt although cached")
 
-    monkeypatch.setattr(corpus_module, "source_chunks", fail)
+    monkeypatch.setattr(corpus_module, "grouped_chunks", fail)
     monkeypatch.setattr(tokenizer_module, "_train", fail)
     monkeypatch.setattr(corpus_module, "EncodedWriter", fail)
 

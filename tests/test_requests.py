@@ -128,9 +128,14 @@ def test_limits_of_the_server():
 def test_the_request_has_a_field_per_decoding_option_that_changes_the_output():
     options = typing.get_type_hints(DecodingConfig)
     request = request_model()
-    assert set(request.model_fields) == {"text", "attention", "alignments", "prefix", *options} - set(
-        SERVER_SIDE
-    )
+    assert set(request.model_fields) == {
+        "text",
+        "attention",
+        "alignments",
+        "prefix",
+        "target_lang",
+        *options,
+    } - set(SERVER_SIDE)
     assert {f.name for f in fields(DecodingOverrides)} == set(options)
 
 

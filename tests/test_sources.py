@@ -260,9 +260,17 @@ def test_toy_target_is_lexicon_mapping_with_swapped_pairs():
     assert not set(lexicon) & set(lexicon.values())
 
 
-def test_toy_rejects_other_language_codes():
-    with pytest.raises(NMTError, match="src and tgt"):
+def test_toy_rejects_a_pair_without_src():
+    with pytest.raises(NMTError, match=r"data=toy has the language src and one other .* got 'en' and 'tgt'"):
         make_toy(ToyDataConfig(src_lang="en"))
+
+
+def test_toy_languages_of_other_names_share_the_sources_with_lexicons_of_their_own():
+    """The toy languages of a multi-way corpus (data=toy_multi): tgt's task unchanged, de's words apart."""
+    tgt, de = make_toy(ToyDataConfig()), make_toy(ToyDataConfig(tgt_lang="de"))
+    assert de["valid"]["src"] == tgt["valid"]["src"]
+    assert not set(" ".join(de["valid"]["de"]).split()) & set(" ".join(tgt["valid"]["tgt"]).split())
+    assert make_toy(ToyDataConfig(src_lang="de", tgt_lang="src"))["train"]["de"] == de["train"]["de"]
 
 
 def test_every_source_module_is_in_the_registry_with_its_schema_and_corpus_names_none():
@@ -281,7 +289,8 @@ def test_every_source_module_is_in_the_registry_with_its_schema_and_corpus_names
     for kind, module in sources.SOURCES.items():
         interface = ("read", "resolve", "cache_key", "pin", "describe")
         assert all(callable(getattr(module, name)) for name in interface), kind
-        assert isinstance(module.REMOVE_HELD_OUT, bool), kind
+        rule = module.REMOVE_HELD_OUT  # a constant, or per config (several corpora: any of theirs)
+        assert isinstance(rule, bool) or callable(rule), kind
         assert module.SCHEMA is DATA_SCHEMAS[kind] and module.SCHEMA.source == kind
     assert "source ==" not in inspect.getsource(nmt.data.corpus)
     assert "source !=" not in inspect.getsource(nmt.data.corpus)

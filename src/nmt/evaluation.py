@@ -16,19 +16,21 @@ import torch
 
 from nmt.config import (
     CompareAlignmentsConfig,
+    DataConfig,
     DecodingConfig,
     EvaluateConfig,
     SplitConfig,
     TrainConfig,
     check_values,
     checkpoint_paths,
+    corpus_configs,
 )
 from nmt.data import SPLITS, describe_source, prepare_text, read_lines, read_text
 from nmt.devices import select_device
 from nmt.errors import NMTError, count_mismatch
 from nmt.metrics import CorpusScore, OutputStats, corpus_scores, output_stats, scores_by_length
 from nmt.outputs import check_output_file
-from nmt.translator import Hypothesis, Translations, Translator
+from nmt.translator import Hypothesis, Translations, Translator, trained_directions
 
 
 @dataclass
@@ -73,8 +75,11 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     check_eval_out(cfg)
     device = select_device(cfg.device)
     translator = evaluation_translator(cfg, device)
+    direction = translator.direction(cfg.tgt_lang, cfg.src_lang, cfg.zero_shot)
     decoding = translator.decoding_with(cfg.decoding)
-    sources, refs, test_name = evaluation_text(cfg, translator.cfg)
+    sources, refs, test_name = evaluation_text(
+        cfg, translator.cfg, direction if translator.multilingual else None
+    )
     prefixes = read_prefixes(cfg, len(sources))
     started = time.perf_counter()
     done = translator.translations(sources, decoding, progress=True, prefixes=prefixes)
@@ -290,9 +295,12 @@ def run_file(checkpoint: Path, kind: str, settings: object, suffix: str) -> Path
 
 
 def evaluation_text(
-    cfg: EvaluateConfig | SplitConfig | CompareAlignmentsConfig, train_cfg: TrainConfig
+    cfg: EvaluateConfig | SplitConfig | CompareAlignmentsConfig,
+    train_cfg: TrainConfig,
+    direction: tuple[str, str] | None = None,
 ) -> tuple[list[str], list[str], str]:
-    """Source sentences, raw references and a name for them: ``eval.src/ref`` files or a data split."""
+    """Source sentences, raw references and a name for them: ``eval.src/ref`` files or a data split
+    (of a multilingual model, that of the corpus of ``direction``, named ``<split>.<src>-<tgt>``)."""
     if cfg.eval.src or cfg.eval.ref:
         if not (cfg.eval.src and cfg.eval.ref):
             raise NMTError("eval.src and eval.ref must be given together")
@@ -302,7 +310,7 @@ def evaluation_text(
                 f"line counts differ: {cfg.eval.src} has {len(sources)} lines, {cfg.eval.ref} has {len(refs)}"
             )
         return sources, refs, Path(cfg.eval.src).stem
-    data_cfg = train_cfg.data
+    data_cfg = train_cfg.data if direction is None else direction_corpus(train_cfg.data, direction)
     if cfg.data.dir is not None:
         data_cfg.dir = cfg.data.dir
     if cfg.data.cache_dir is not None:
@@ -314,7 +322,78 @@ def evaluation_text(
     root = prepare_text(data_cfg, progress=True)
     sources = read_text(root, cfg.data.split, data_cfg.src_lang)
     refs = read_text(root, cfg.data.split, data_cfg.tgt_lang)
-    return sources, refs, cfg.data.split
+    return sources, refs, cfg.data.split if direction is None else f"{cfg.data.split}.{'-'.join(direction)}"
+
+
+def direction_corpus(data: DataConfig, direction: tuple[str, str]) -> DataConfig:
+    """The corpus of a multilingual model's data that trained ``direction``: its valid and test are that
+    direction's. A direction without one (zero-shot) is evaluated on eval.src and eval.ref."""
+    for corpus in corpus_configs(data):
+        if (corpus.src_lang, corpus.tgt_lang) == tuple(direction):
+            return corpus
+    raise NMTError(
+        f"{direction[0]}->{direction[1]}: none of the model's corpora has this direction (zero-shot); "
+        "give its text as eval.src and eval.ref"
+    )
+
+
+def evaluate_directions(cfg: EvaluateConfig, out_dir: Path) -> tuple[list[EvalReport], Path | None]:
+    """Every direction a multilingual checkpoint trained, each evaluated as :func:`evaluate_checkpoint`
+    does one (its hypotheses and report), and one report of them all (its path; None when a single
+    direction was evaluated: a bilingual model, ``tgt_lang=`` given, or ``eval.src``)."""
+    directions = trained_directions(cfg.checkpoint)
+    if cfg.tgt_lang or len(directions) == 1 or cfg.eval.src or cfg.eval.ref:
+        return [evaluate_checkpoint(cfg, out_dir)], None
+    if cfg.eval.out:
+        raise NMTError(
+            "eval.out names one file: evaluating every direction, leave it out (or give tgt_lang=)"
+        )
+    reports = [
+        evaluate_checkpoint(dataclasses.replace(cfg, src_lang=src, tgt_lang=tgt), out_dir)
+        for src, tgt in directions
+    ]
+    path = Path(reports[0].report).with_name(
+        Path(reports[0].report).name.replace(f".{'-'.join(directions[0])}.", ".directions.", 1)
+    )
+    summary = {
+        "checkpoint": reports[0].checkpoint,
+        "directions": {r.test_set.split(".")[-1]: r.as_dict() for r in reports},
+        "mean": {
+            name: sum(r.scores[name].score for r in reports) / len(reports) for name in reports[0].scores
+        },
+    }
+    path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return reports, path
+
+
+def mean_scores(cfg: EvaluateConfig, out_dir: Path) -> tuple[dict[str, float], EvalReport]:
+    """The scores of a checkpoint: its one direction's, or the unweighted mean over every direction a
+    multilingual checkpoint trained (``eval.out`` then gets each direction's suffix), with the first
+    direction's report (what choosing a final model needs)."""
+    directions = trained_directions(cfg.checkpoint)
+    if len(directions) == 1 or cfg.tgt_lang:
+        report = evaluate_checkpoint(cfg, out_dir)
+        return {name: s.score for name, s in report.scores.items()}, report
+    reports = []
+    for src, tgt in directions:
+        out = None if not cfg.eval.out else str(Path(cfg.eval.out).with_suffix(f".{src}-{tgt}.hyp"))
+        one = dataclasses.replace(
+            cfg, src_lang=src, tgt_lang=tgt, eval=dataclasses.replace(cfg.eval, out=out)
+        )
+        reports.append(evaluate_checkpoint(one, out_dir))
+    names = list(reports[0].scores)
+    return {n: sum(r.scores[n].score for r in reports) / len(reports) for n in names}, reports[0]
+
+
+def format_directions(reports: list[EvalReport]) -> str:
+    """The table of a multilingual evaluation: a row per direction (BLEU, chrF, signature), the mean."""
+    names = list(reports[0].scores)
+    rows = [f"{'direction':<12}" + "".join(f"{n:>8}" for n in names) + "  signature"]
+    for r in reports:
+        scores = "".join(f"{r.scores[n].score:8.2f}" for n in names)
+        rows.append(f"{r.test_set.split('.')[-1]:<12}{scores}  {r.scores[names[0]].signature}")
+    mean = "".join(f"{sum(r.scores[n].score for r in reports) / len(reports):8.2f}" for n in names)
+    return "\n".join([*rows, f"{'mean':<12}{mean}"])
 
 
 def log_scores_to_tensorboard(

@@ -21,7 +21,7 @@ from nmt.config import (
     SelectConfig,
     TrainConfig,
 )
-from nmt.evaluation import evaluate_checkpoint, report_dir
+from nmt.evaluation import evaluate_directions, format_directions, report_dir
 from nmt.metrics import format_scores
 from nmt.selection import choose_final
 from nmt.training.loop import train
@@ -69,7 +69,8 @@ def run_pipeline(
         eval=EvalFilesConfig(tb_dir=str(run_dir)),
         device=cfg.trainer.device,
     )
-    report = evaluate_checkpoint(test, report_dir(final))
-    scores = format_scores(report.scores)
-    log.info("test (%s):\n%s\nreport: %s", final, scores, report.report)
-    return PipelineResult(final, choice.summary(), Path(report.report), scores)
+    reports, overall = evaluate_directions(test, report_dir(final))  # several: each direction's, a table
+    scores = format_scores(reports[0].scores) if overall is None else format_directions(reports)
+    report = overall or Path(reports[0].report)
+    log.info("test (%s):\n%s\nreport: %s", final, scores, report)
+    return PipelineResult(final, choice.summary(), report, scores)

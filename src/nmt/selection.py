@@ -22,7 +22,7 @@ from nmt.checkpoint import (
 )
 from nmt.config import DecodingOverrides, EvalDataConfig, EvalFilesConfig, EvaluateConfig, SelectConfig
 from nmt.errors import NMTError
-from nmt.evaluation import evaluate_checkpoint
+from nmt.evaluation import mean_scores
 from nmt.outputs import check_output_file
 
 
@@ -81,11 +81,8 @@ def choose_final(cfg: SelectConfig) -> FinalChoice:
                 eval=EvalFilesConfig(out=str(out_dir / f"{name}.hyp")),
                 device=cfg.device,
             )
-            report = evaluate_checkpoint(eval_cfg, out_dir)
-            scores = report.scores
-            candidates.append(
-                Candidate(str(path), report.decoding.alpha, scores["bleu"].score, scores["chrf"].score)
-            )
+            scores, report = mean_scores(eval_cfg, out_dir)  # several directions: their mean
+            candidates.append(Candidate(str(path), report.decoding.alpha, scores["bleu"], scores["chrf"]))
     chosen = max(candidates, key=lambda c: (c.bleu, c.chrf))  # ties: the earlier candidate
     ckpt = load_checkpoint(chosen.checkpoint)
     config = {**ckpt["config"], "decoding": {**ckpt["config"]["decoding"], "alpha": chosen.alpha}}

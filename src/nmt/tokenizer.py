@@ -154,16 +154,24 @@ def _threads() -> int:
 
 
 def train_tokenizer(
-    cfg: TokenizerConfig, src_texts_path: Path, tgt_texts_path: Path, out_dir: Path
+    cfg: TokenizerConfig,
+    src_texts_path: Path,
+    tgt_texts_path: Path,
+    out_dir: Path,
+    user_symbols: tuple[str, ...] = (),
 ) -> Tokenizer:
     """Train (or reuse) SentencePiece on the training text, cached in ``out_dir/tokenizer-<hash>/``.
 
     The hash covers the tokenizer config and the content of the text files, so a second run with the
     same settings and data loads the model instead of retraining. A joint model is trained on both
-    files in a fixed (sorted) order, so en->de and de->en share it.
+    files in a fixed (sorted) order, so en->de and de->en share it. ``user_symbols`` (a multilingual
+    corpus's target-language tags) are pieces of their own, never split; none: the settings and the
+    cache key of a bilingual tokenizer are those of before tags existed.
     """
     src_texts_path, tgt_texts_path = Path(src_texts_path), Path(tgt_texts_path)
     settings = {key: v for key, v in config_dict(cfg).items() if key not in SAMPLING_KEYS}
+    if user_symbols:
+        settings["user_defined_symbols"] = list(user_symbols)
     inputs = (
         sorted([src_texts_path, tgt_texts_path]) if settings["joint"] else [src_texts_path, tgt_texts_path]
     )
@@ -212,6 +220,8 @@ def _train(settings: dict, inputs: list[Path]) -> tuple[bytes, dict]:
         "num_threads": _threads(),
         "minloglevel": 2,
     }
+    if settings.get("user_defined_symbols"):
+        options["user_defined_symbols"] = settings["user_defined_symbols"]
     proto, cost = _run_trainer(options, inputs, settings)
     log.info(
         "SentencePiece trainer: %.1f s, peak %.2f GB in its own process (bounded by "

@@ -23,12 +23,14 @@ from tqdm.auto import tqdm
 
 from nmt.attention_maps import CrossAttention
 from nmt.backends import Backend, TorchBackend, check_backend, no_attention, open_backend
+from nmt.checkpoint import checkpoint_config, load_checkpoint
 from nmt.config import (
     DecodingConfig,
     DecodingOverrides,
     TrainConfig,
     check_decoding,
     checkpoint_paths,
+    directions_of,
 )
 from nmt.decoding import Hypothesis, hypothesis, length_sorted_batches
 from nmt.decoding.common import budget_for_source
@@ -36,6 +38,7 @@ from nmt.errors import NMTError, count_mismatch
 from nmt.loading import load_models
 from nmt.models import Seq2Seq, count_parameters
 from nmt.models.ensemble import Ensemble
+from nmt.tags import choose_target, refuse_tags, tagged
 from nmt.tokenizer import Tokenizer
 from nmt.word_alignment import WordAlignment, attention_links, cross_attention_batches, resolve_layer, words
 
@@ -47,6 +50,7 @@ __all__ = [  # what callers get
     "Translator",
     "WordAlignment",
     "best_tokens",
+    "trained_directions",
 ]
 
 log = logging.getLogger(__name__)
@@ -107,6 +111,9 @@ class Translator:
         self.step = step  # training updates behind the weights, when known
         self.max_source = cfg.model.max_positions - 1  # room for EOS
         self._unfamiliar_lines = 0  # inputs warned about as unlike the training text (a few, then quiet)
+        self.directions = directions_of(cfg.data)  # trained; several: a multilingual, tagged model
+        self.multilingual = cfg.data.source == "multi"
+        self.target_lang: str | None = None  # the tag put on every input when none is asked for
 
     @classmethod
     def from_checkpoint(
@@ -135,6 +142,8 @@ class Translator:
             "parameters": count_parameters(self.model),
             "vocabulary": {"src": tok.src_vocab_size, "tgt": tok.tgt_vocab_size, "joint": tok.joint},
             "languages": {"src": self.cfg.data.src_lang, "tgt": self.cfg.data.tgt_lang},
+            "directions": [f"{s}-{t}" for s, t in self.directions],
+            "multilingual": self.multilingual,
             "backend": self.backend.name,
             "step": self.step,
         }
@@ -149,9 +158,48 @@ class Translator:
         self.backend.check_shortlist(decoding.shortlist)
         return decoding
 
-    def encode(self, lines: Sequence[str], first_line: int = 1) -> list[list[int]]:
+    def choose_target(
+        self, tgt_lang: str | None, src_lang: str | None = None, zero_shot: bool = False
+    ) -> str:
+        """The target language of what follows (``tgt_lang=``, mapped to the model's code: see
+        :func:`nmt.tags.choose_target`): kept as the default of :meth:`encode`. A bilingual model takes
+        its own target language only."""
+        lang = choose_target(self.directions, tgt_lang, src_lang, zero_shot)
+        self.target_lang = lang if self.multilingual else None
+        return lang
+
+    def direction(
+        self, tgt_lang: str | None, src_lang: str | None = None, zero_shot: bool = False
+    ) -> tuple[str, str]:
+        """:meth:`choose_target`, with the source language: ``src_lang``, else the one the model
+        translates from into that target (several: refused in one line naming them)."""
+        lang = self.choose_target(tgt_lang, src_lang, zero_shot)
+        if src_lang:
+            return src_lang, lang
+        sources = [s for s, t in self.directions if t == lang]
+        if len(sources) > 1:
+            raise NMTError(f"src_lang: the model translates into {lang} from {', '.join(sources)}; name one")
+        return sources[0], lang
+
+    def source_texts(
+        self, lines: Sequence[str], first_line: int = 1, tgt_lang: str | None = None
+    ) -> list[str]:
+        """The lines as the model reads them: tagged with the target language (``tgt_lang``, else the
+        chosen one) when it has several; refused when a bilingual model's input has a tag."""
+        texts = [line.strip() for line in lines]
+        if not self.multilingual:
+            refuse_tags(texts, first_line)
+            return texts
+        lang = self.target_lang if tgt_lang is None else choose_target(self.directions, tgt_lang)
+        if lang is None:
+            lang = choose_target(self.directions, None)  # one target language; several: refused
+        return tagged(lang, texts)
+
+    def encode(
+        self, lines: Sequence[str], first_line: int = 1, tgt_lang: str | None = None
+    ) -> list[list[int]]:
         """Source ids, truncated (with a warning naming the input line) to what the model can take."""
-        ids = self.tokenizer.encode_src([line.strip() for line in lines])
+        ids = self.tokenizer.encode_src(self.source_texts(lines, first_line, tgt_lang))
         for i, seq in enumerate(ids):
             if len(seq) > self.max_source:
                 log.warning(
@@ -425,3 +473,8 @@ def merge_decoding(base: DecodingConfig, overrides: DecodingOverrides) -> Decodi
 def where(i: int, first_line: int, item: str | None) -> str:
     """How a refusal names the i-th text of a batch: the line of an input file, or a request's ``item[i]``."""
     return f"line {first_line + i}" if item is None else f"{item}[{i}]"
+
+
+def trained_directions(checkpoint: Any) -> list[tuple[str, str]]:
+    """The directions a checkpoint (an ensemble's first) was trained on, from its config alone."""
+    return directions_of(checkpoint_config(load_checkpoint(checkpoint_paths(checkpoint)[0])).data)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from nmt.alignment import Link, alignment_scores, parse_pharaoh, pharaoh
+
 from nmt.config import DecodingOverrides
 from nmt.data import read_lines
 from nmt.translator import Translator

@@ -35,6 +35,7 @@ from nmt.config.train import (
     HFDataConfig,
     LocalDataConfig,
     Multi30kDataConfig,
+    MultiDataConfig,
     OptimConfig,
     RNNSearchConfig,
     TokenizerConfig,
@@ -93,6 +94,7 @@ def register_configs() -> None:
     cs.store(group="data", name="hf_schema", node=HFDataConfig)
     cs.store(group="data", name="local_schema", node=LocalDataConfig)
     cs.store(group="data", name="multi30k_schema", node=Multi30kDataConfig)
+    cs.store(group="data", name="multi_schema", node=MultiDataConfig)
     cs.store(group="data", name="toy_schema", node=ToyDataConfig)
     cs.store(group="model", name="transformer_schema", node=TransformerConfig)
     cs.store(group="model", name="rnnsearch_schema", node=RNNSearchConfig)

@@ -66,6 +66,17 @@ class InferenceConfig:
         ),
     )
     ct2_intra_threads: int = knob(0, NON_NEGATIVE)
+    tgt_lang: str | None = knob(
+        None,
+        help=(
+            "the language to translate into: required when the model has several (multilingual), its "
+            "one else; another case or a three-letter code is mapped to the model's code"
+        ),
+    )
+    src_lang: str | None = knob(
+        None, help="the input's language, when the model has several: checks the direction was trained"
+    )
+    zero_shot: bool = knob(False, help="translate a direction the model never trained (src_lang -> tgt_lang)")
     alignment_layer: int | None = knob(
         None,
         help=(

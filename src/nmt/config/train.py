@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
@@ -38,7 +39,8 @@ class CleanConfig:
 @dataclass
 class DataConfig:
     source: str = knob(
-        choices=("hf", "local", "multi30k", "toy"), help="where the corpus comes from (a data source)"
+        choices=("hf", "local", "multi", "multi30k", "toy"),
+        help="where the corpus comes from (a data source; multi: several, one per direction)",
     )
     name: str = knob(MISSING, help="prepared corpus goes to {cache_dir}/{name}/")
     cache_dir: str = "data"
@@ -174,6 +176,29 @@ class ToyDataConfig(DataConfig):
             "the reordering rule: swap adjacent word pairs after the lexicon mapping; false = word for "
             "word (a related task, e.g. to fine-tune a model of the swapping one)"
         ),
+    )
+
+
+@dataclass
+class MultiDataConfig(DataConfig):
+    """Several corpora in one model (nmt.data.multilingual): each entry of ``corpora`` is a data config
+    of its own (a source and its direction, as data/<preset>.yaml would give it). Source sentences get
+    their target language's tag (``>>de<<``); training draws from the corpora by temperature; valid and
+    test stay per direction. ``src_lang``/``tgt_lang`` only name the sides of the mixed prepared text."""
+
+    source: str = "multi"
+    name: str = "multi"
+    src_lang: str = "src"
+    tgt_lang: str = "tgt"
+    corpora: list[Any] = knob(
+        [],
+        (lambda v: len(v) > 0, "must list at least one corpus"),
+        help="the corpora, each a data config: {source: multi30k, src_lang: en, tgt_lang: de, ...}",
+    )
+    temperature: float = knob(
+        5.0,
+        POSITIVE,
+        help="sampling temperature T: corpus k is drawn with p ~ n_k^(1/T); 1 = in proportion to size",
     )
 
 
@@ -464,7 +489,13 @@ class TrainConfig:
 DATA_SCHEMAS = keyed_by_choices(
     DataConfig,
     "source",
-    {"hf": HFDataConfig, "local": LocalDataConfig, "multi30k": Multi30kDataConfig, "toy": ToyDataConfig},
+    {
+        "hf": HFDataConfig,
+        "local": LocalDataConfig,
+        "multi": MultiDataConfig,
+        "multi30k": Multi30kDataConfig,
+        "toy": ToyDataConfig,
+    },
 )
 MODEL_SCHEMAS = keyed_by_choices(
     ModelConfig, "arch", {"transformer": TransformerConfig, "rnnsearch": RNNSearchConfig}
@@ -541,6 +572,59 @@ def _model_fits(cfg: ModelConfig, prefix: str) -> None:
             )
 
 
+def corpus_configs(cfg: MultiDataConfig, prefix: str = "data.") -> list[DataConfig]:
+    """The typed config of each of ``cfg.corpora`` (its source's schema; the folders and the cache of
+    ``cfg`` unless it names its own), checked as any data config is; one line naming the entry else."""
+    typed = []
+    for i, entry in enumerate(cfg.corpora):
+        where = f"{prefix}corpora[{i}]"
+        entry = dict(OmegaConf.to_container(entry) if OmegaConf.is_config(entry) else entry)
+        entry.pop("tokenizer", None)
+        source = entry.get("source")
+        if source not in DATA_SCHEMAS or source == "multi":
+            choices = tuple(k for k in DATA_SCHEMAS if k != "multi")
+            raise NMTError(f"{where}.source={source}: must be one of {', '.join(choices)}")
+        entry.setdefault("name", f"{cfg.name}-{i}")
+        entry.setdefault("cache_dir", cfg.cache_dir)
+        entry.setdefault("workers", cfg.workers)
+        try:
+            merged = OmegaConf.merge(OmegaConf.structured(DATA_SCHEMAS[source]), entry)
+            corpus = OmegaConf.to_object(merged)
+        except Exception as e:  # omegaconf's errors: an unknown key, a wrong type, a missing value
+            raise NMTError(f"{where}: {str(e).splitlines()[0]}") from None
+        check_values(corpus, f"{where}.")
+        typed.append(corpus)
+    return typed
+
+
+def directions_of(cfg: DataConfig) -> list[tuple[str, str]]:
+    """The directions a corpus (a checkpoint's ``data``) trains: its corpora's, or its own one."""
+    if isinstance(cfg, MultiDataConfig):
+        return [(c.src_lang, c.tgt_lang) for c in corpus_configs(cfg)]
+    return [(cfg.src_lang, cfg.tgt_lang)]
+
+
+@fits_together(MultiDataConfig)
+def _multi_fits(cfg: MultiDataConfig, prefix: str) -> None:
+    """Each direction once (its tag and its validation would be ambiguous), and one tokenizer for all."""
+    seen: dict[tuple[str, str], int] = {}
+    for i, corpus in enumerate(corpus_configs(cfg, prefix)):
+        direction = (corpus.src_lang, corpus.tgt_lang)
+        if direction in seen:
+            raise NMTError(
+                f"{prefix}corpora[{i}]: the direction {direction[0]}->{direction[1]} repeats "
+                f"{prefix}corpora[{seen[direction]}]'s; one corpus per direction (merge them in one source)"
+            )
+        seen[direction] = i
+    settings = [(i, e["tokenizer"]) for i, e in enumerate(cfg.corpora) if "tokenizer" in e]
+    for i, tok in settings[1:]:
+        if dict(tok) != dict(settings[0][1]):
+            raise NMTError(
+                f"{prefix}corpora[{i}].tokenizer={dict(tok)} differs from {prefix}corpora[{settings[0][0]}]"
+                f".tokenizer={dict(settings[0][1])}: one SentencePiece model encodes every corpus"
+            )
+
+
 @fits_together(DecodingConfig)
 def _decoding_fits(cfg: DecodingConfig, prefix: str) -> None:
     if cfg.nbest > cfg.beam_size:
@@ -550,3 +634,23 @@ def _decoding_fits(cfg: DecodingConfig, prefix: str) -> None:
 def check_train_config(cfg: TrainConfig) -> None:
     """Refuse, at start, settings that would fail or misbehave hours into training."""
     check_values(cfg)
+    if isinstance(cfg.data, MultiDataConfig):
+        _corpora_tokenizer_fits(cfg.data, cfg.tokenizer)
+
+
+def _corpora_tokenizer_fits(data: MultiDataConfig, tokenizer: TokenizerConfig) -> None:
+    """A corpus that names tokenizer settings must name the run's: one model encodes them all."""
+    run = config_dict_of(tokenizer)
+    for i, entry in enumerate(data.corpora):
+        for key, value in dict(entry.get("tokenizer") or {}).items():
+            if key not in run:
+                raise NMTError(f"data.corpora[{i}].tokenizer.{key}: not a tokenizer setting")
+            if run[key] != value:
+                raise NMTError(
+                    f"data.corpora[{i}].tokenizer.{key}={value} differs from tokenizer.{key}={run[key]}: "
+                    "one SentencePiece model encodes every corpus"
+                )
+
+
+def config_dict_of(cfg: object) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)

@@ -90,12 +90,17 @@ class TokenBatchSampler:
             self._cache = (self.epoch, self._make_batches(self.epoch))
         return self._cache[1]
 
+    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """The examples of an epoch (each once here; a subclass may draw others, from ``rng``)."""
+        return np.arange(n)
+
     def _make_batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
         row = epoch % len(self.src_lengths)
         src_lengths, tgt_lengths = self.src_lengths[row], self.tgt_lengths[row]
-        keys = (tgt_lengths, src_lengths)
-        order = np.lexsort((rng.random(len(src_lengths)), *keys) if self.shuffle else keys)
+        examples = self._draw(rng, len(src_lengths))
+        keys = (tgt_lengths[examples], src_lengths[examples])
+        order = examples[np.lexsort((rng.random(len(examples)), *keys) if self.shuffle else keys)]
         batches = cut_batches(order, src_lengths + 1, tgt_lengths + 1, self.max_tokens)
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]

@@ -42,7 +42,18 @@ import numpy as np
 from nmt.cache import atomic_dir, config_dict, hash_key, preparing
 from nmt.config import DataConfig, TokenizerConfig
 from nmt.data.clean import REASONS, clean_chunk, log_dropped
-from nmt.data.sources import SPLITS, cache_key, read_lines, removes_held_out, resolve_source, source_chunks
+from nmt.data.sources import (
+    SPLITS,
+    cache_key,
+    grouped_chunks,
+    held_out_key,
+    read_lines,
+    removes_held_out,
+    resolve_source,
+    source_directions,
+    source_tagger,
+    source_tags,
+)
 from nmt.data.writers import EncodedWriter, PlainTextWriter, TrainTextWriter
 from nmt.devices import usable_cores
 from nmt.errors import NMTError
@@ -124,6 +135,18 @@ class PreparedData:
     src_lang: str
     tgt_lang: str
     train_copies: list[EncodedSplit] = field(default_factory=list)  # sampled segmentations of "train"
+    directions: list[tuple[str, str]] = field(default_factory=list)  # several corpora's, in group order
+    group_pairs: dict[str, list[int]] = field(default_factory=dict)  # split -> pairs of each, in order
+
+    @property
+    def multilingual(self) -> bool:
+        """Several corpora, tagged (a bilingual corpus has no groups)."""
+        return bool(self.directions)
+
+    def group_ranges(self, split: str) -> list[range]:
+        """The pairs of each corpus in ``split``: consecutive, in the order of :attr:`directions`."""
+        ends = np.cumsum([0, *self.group_pairs[split]])
+        return [range(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:])]
 
     @property
     def train_segmentations(self) -> list[EncodedSplit]:
@@ -162,7 +185,11 @@ def prepare_corpus(
         root = _cleaned_text(data_cfg, progress)
         if tokenizer is None:
             tokenizer = train_tokenizer(
-                tok_cfg, text_path(root, "train", src), text_path(root, "train", tgt), root
+                tok_cfg,
+                text_path(root, "train", src),
+                text_path(root, "train", tgt),
+                root,
+                **({"user_symbols": tags} if (tags := source_tags(data_cfg)) else {}),  # none: bilingual
             )
         ids_dir = _encode(root, tokenizer, src, tgt, workers, progress)
         copies = (
@@ -173,7 +200,9 @@ def prepare_corpus(
     meta = json.loads((root / "meta.json").read_text())
     splits = _load_splits(ids_dir, meta, src, tgt)
     summary = _summary(data_cfg, root, tokenizer, splits, meta, copies)
-    return PreparedData(root, tokenizer, splits, summary, src, tgt, copies)
+    groups = {split: list(n) for split, n in meta.get("group_pairs", {}).items()}
+    directions = [tuple(d) for d in meta.get("directions", [])]
+    return PreparedData(root, tokenizer, splits, summary, src, tgt, copies, directions, groups)
 
 
 def prepare_ids(data_cfg: DataConfig, tokenizer: Tokenizer, progress: bool = True) -> dict[str, EncodedSplit]:
@@ -240,43 +269,58 @@ def _cleaned_text(cfg: DataConfig, progress: bool) -> Path:
     with atomic_dir(root) as tmp:
         # valid and test pairs, kept out of training (None: the source's splits may share pairs)
         held_out: set[tuple[str, str]] | None = set() if removes_held_out(cfg) else None
+        groups = {}
         for split in ("valid", "test", "train"):  # held-out pairs first
-            meta["pairs"][split], meta["dropped"][split], chunks = _write_split(
+            meta["pairs"][split], meta["dropped"][split], chunks, groups[split] = _write_split(
                 cfg, split, langs, tmp, progress, held_out
             )
             if split == "train":
                 meta["train_chunks"] = chunks
+        if source_tagger(cfg) is not None:  # several corpora: the pairs of each, in order
+            meta["directions"] = source_directions(cfg)
+            meta["group_pairs"] = {split: _padded(groups[split], len(meta["directions"])) for split in SPLITS}
         meta["pairs"] = {split: meta["pairs"][split] for split in SPLITS}
         meta["dropped"] = {split: meta["dropped"][split] for split in SPLITS}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return root
 
 
+def _padded(counts: list[int], n: int) -> list[int]:
+    """Pairs per corpus, a corpus with none of a split counted as 0."""
+    return counts + [0] * (n - len(counts))
+
+
 def _write_split(
     cfg: DataConfig, split: str, langs: tuple[str, str], folder: Path, progress: bool, held_out: set | None
-) -> tuple[int, dict[str, int], dict]:
+) -> tuple[int, dict[str, int], dict, list[int]]:
     """Clean the split's chunks as they are read and write them: (kept pairs, dropped per reason,
-    the gzip members of the training text). Valid and test pairs are added to ``held_out``; training
-    pairs found there are dropped (reason ``in_valid_test``), whatever the source."""
+    the gzip members of the training text, kept pairs per corpus). Valid and test pairs are added to
+    ``held_out``; training pairs found there are dropped (reason ``in_valid_test``), whatever the
+    source. Several corpora's source lines get their tags here, once clean."""
     train = split == "train"
     dropped = dict.fromkeys(REASONS + (("in_valid_test",) if train and held_out is not None else ()), 0)
     writer = TrainTextWriter(folder, langs) if train else PlainTextWriter(folder, split, langs)
     order = (cfg.src_lang, cfg.tgt_lang)
+    key, tag_lines = held_out_key(cfg), source_tagger(cfg)
+    groups: collections.Counter[int] = collections.Counter()
     with (
         writer,
         progress_bar(desc=f"reading {split}", unit=" pairs", disable=not progress, leave=False) as bar,
     ):
-        for src, tgt in source_chunks(cfg, split):
+        for group, (src, tgt) in grouped_chunks(cfg, split):
             kept_src, kept_tgt, chunk_dropped = clean_chunk(src, tgt, cfg.clean, train)
             if held_out is None:
                 pass
             elif not train:
-                held_out.update(zip(kept_src, kept_tgt))
+                held_out.update(k for pair in zip(kept_src, kept_tgt) for k in key(*pair))
             elif held_out:
-                kept = [pair for pair in zip(kept_src, kept_tgt) if pair not in held_out]
+                kept = [p for p in zip(kept_src, kept_tgt) if not any(k in held_out for k in key(*p))]
                 chunk_dropped["in_valid_test"] = len(kept_src) - len(kept)
                 kept_src, kept_tgt = [a for a, _ in kept], [b for _, b in kept]
+            if tag_lines is not None:
+                kept_src = tag_lines(group, kept_src)
             writer.add(dict(zip(order, (kept_src, kept_tgt))))
+            groups[group] += len(kept_src)
             for reason, n in chunk_dropped.items():
                 dropped[reason] += n
             bar.update(len(src))
@@ -284,7 +328,7 @@ def _write_split(
     if train and writer.pairs == 0:
         why = ", ".join(f"{n} {reason}" for reason, n in dropped.items() if n) or "the source gave none"
         raise NMTError(f"data ({cfg.source}): no training pair is left to train on (dropped: {why})")
-    return writer.pairs, dropped, writer.chunks()
+    return writer.pairs, dropped, writer.chunks(), [groups[g] for g in range(max(groups, default=-1) + 1)]
 
 
 # ----------------------------------------------------------------------------------------------- ids
@@ -475,7 +519,12 @@ def _summary(
     def mean(lengths: np.ndarray) -> float:
         return float(lengths.mean()) if len(lengths) else 0.0
 
+    by_direction = {  # several corpora: the pairs of each per split
+        f"{s}-{t}": {split: meta["group_pairs"][split][i] for split in SPLITS}
+        for i, (s, t) in enumerate(meta.get("directions", []))
+    }
     return {
+        **({"directions": by_direction} if by_direction else {}),
         "name": cfg.name,
         "root": str(root),
         "direction": [cfg.src_lang, cfg.tgt_lang],
@@ -521,6 +570,9 @@ def format_summary(summary: dict) -> str:
             f"{split:<6} {pairs:>9,} {tokens['src']:>12,} {tokens['tgt']:>12,} "
             f"{mean['src']:>8.1f} {mean['tgt']:>8.1f}  {drop_text}"
         )
+    for direction, pairs in summary.get("directions", {}).items():
+        counts = ", ".join(f"{split} {n:,}" for split, n in pairs.items())
+        lines.append(f"  {direction.replace('-', '->'):<12} {counts}")
     sampled = summary["sampled_copies"]
     if sampled["copies"]:
         best = summary["tokens"]["train"]["src"] + summary["tokens"]["train"]["tgt"]

@@ -189,6 +189,13 @@ def export_checkpoint(cfg: ExportHFConfig, test_report: dict[str, Any] | None = 
     train_cfg = checkpoint_config(ckpt)
     joint = Tokenizer.from_state_dict(ckpt["tokenizer"]).joint
     hf_class(train_cfg.model, joint)
+    if (
+        train_cfg.data.source == "multi"
+    ):  # our tagged input starts with "▁" then the tag; Marian's with the tag
+        raise NMTError(
+            f"{cfg.checkpoint} is multilingual (target-language tags): its transformers export is not "
+            "supported yet; the CTranslate2 export (scripts/export_ct2.py) translates with tgt_lang="
+        )
     check_output_dir(Path(cfg.output), RECORD, cfg.force, WRITER)
     model, tokenizer, train_cfg = model_from_checkpoint(ckpt, "cpu")
     meta = {"checkpoint": str(Path(cfg.checkpoint).resolve()), "step": ckpt.get("progress", {}).get("step")}

@@ -58,7 +58,7 @@ from nmt.serve.limits import (
     read_body,
     score_batch_tokens,
 )
-from nmt.serve.requests import ScoreRequest, TranslateRequest, parse_request, parse_score
+from nmt.serve.requests import ScoreRequest, TranslateRequest, encode_sources, parse_request, parse_score
 from nmt.serve.telemetry import ServiceMetrics
 from nmt.serve.workers import InlineWorker, Refused, ServerStopping, Worker, WorkerFailed, WorkerTimeout
 from nmt.translator import Translator
@@ -267,7 +267,7 @@ def translation_job(state: ServiceState, parsed: TranslateRequest) -> Queued:
         raise BadRequest(422, "attention", translator.missing_attention)
     if parsed.alignments and translator.missing_attention:
         raise BadRequest(422, "alignments", translator.missing_attention)
-    ids = translator.encode(parsed.text)
+    ids = encode_sources(translator, parsed.text, parsed.target_lang)
     lengths = [len(s) for s in ids]
     prefixes = None
     if parsed.prefix is not None:
@@ -293,7 +293,7 @@ def scoring_job(state: ServiceState, parsed: ScoreRequest) -> Queued:
     translator = state.translator
     if parsed.alignments and translator.missing_attention:
         raise BadRequest(422, "alignments", translator.missing_attention)
-    ids = translator.encode(parsed.text)
+    ids = encode_sources(translator, parsed.text, parsed.target_lang)
     try:
         targets = translator.encode_targets(parsed.target, item="target")
     except NMTError as e:

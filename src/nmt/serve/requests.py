@@ -18,10 +18,18 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, cre
 from pydantic_core import PydanticCustomError
 
 from nmt.config import DecodingConfig, DecodingOverrides, Rule, ServerLimits
-from nmt.errors import count_mismatch
+from nmt.errors import NMTError, count_mismatch
 from nmt.serve.limits import BadRequest, check_depth, check_text
 
-__all__ = ["BadRequest", "ScoreRequest", "TranslateRequest", "parse_request", "parse_score", "request_model"]
+__all__ = [
+    "BadRequest",
+    "ScoreRequest",
+    "TranslateRequest",
+    "encode_sources",
+    "parse_request",
+    "parse_score",
+    "request_model",
+]
 
 SERVER_SIDE = tuple(f.name for f in fields(DecodingConfig) if f.metadata["speed_only"])
 
@@ -36,6 +44,7 @@ class RequestBase(BaseModel):
     attention: bool = False  # also return the cross-attention of the chosen hypotheses (torch backend)
     alignments: bool = False  # also return the word alignment of the chosen hypotheses (torch backend)
     prefix: list[str] | None = None  # target prefixes, one per sentence ("" = none): translations start so
+    target_lang: str | None = None  # the language to translate into (a multilingual model's; else its own)
 
     def decoding(self) -> DecodingOverrides:
         return DecodingOverrides(**{f.name: getattr(self, f.name, None) for f in fields(DecodingOverrides)})
@@ -76,6 +85,7 @@ class ScoreRequest(BaseModel):
 
     text: list[str]
     target: list[str]  # the translation of each source, to score
+    target_lang: str | None = None  # the language of ``target`` (a multilingual model's)
     alignments: bool = False  # also return the word alignment of each pair (torch backend)
 
 
@@ -179,3 +189,15 @@ def check_sizes(sentences: int, lines: list[str], limits: ServerLimits) -> None:
     chars = sum(len(line) for line in lines)
     if chars > limits.max_chars:
         raise BadRequest(413, "text", f"{chars} characters; at most {limits.max_chars} per request")
+
+
+def encode_sources(translator: Any, text: list[str], target_lang: str | None) -> list[list[int]]:
+    """The request's sentences as the model reads them (tagged with ``target_lang`` when the model has
+    several languages; the server's ``tgt_lang=`` else), a 422 naming the field when refused (a language
+    the model does not translate into, none where it has several, a tag sent to a bilingual model)."""
+    try:
+        return translator.encode(text, tgt_lang=target_lang)
+    except NMTError as e:
+        raise BadRequest(
+            422, "target_lang" if target_lang or translator.multilingual else "text", str(e)
+        ) from None

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from nmt import checkpoint as ckpt_io
-from nmt.config import TrainConfig, to_container
+from nmt.config import TrainConfig, directions_of, to_container
 from nmt.data import PreparedData
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
@@ -123,6 +123,9 @@ def check_compatible(cfg: TrainConfig, parent: dict[str, Any], path: str) -> Non
             f"tokenizer.{key}={tok[key]}: {where} has tokenizer.{key}={their_tok.get(key)}; a fine-tune "
             f"encodes its corpus with its parent's tokenizer (set tokenizer.{key}={their_tok.get(key)})"
         )
+    if cfg.data.source == "multi" or theirs.data.source == "multi":
+        check_directions(cfg, theirs, where)
+        return
     direction, theirs_dir = (
         (cfg.data.src_lang, cfg.data.tgt_lang),
         (theirs.data.src_lang, theirs.data.tgt_lang),
@@ -132,6 +135,36 @@ def check_compatible(cfg: TrainConfig, parent: dict[str, Any], path: str) -> Non
             f"data.src_lang={direction[0]} data.tgt_lang={direction[1]}: {where} translates "
             f"{theirs_dir[0]} -> {theirs_dir[1]}; a fine-tune keeps its parent's direction"
         )
+
+
+def check_directions(cfg: TrainConfig, theirs: TrainConfig, where: str) -> None:
+    """A multilingual parent is fine-tuned on any subset of its directions (a multilingual corpus, tagged
+    as it was); a direction it never trained, a bilingual corpus or a bilingual parent are refused: the
+    tags of the one are not what the other reads."""
+    mine, parents = directions_of(cfg.data), directions_of(theirs.data)
+    trained = ", ".join(f"{s}->{t}" for s, t in parents)
+    if theirs.data.source != "multi":
+        raise NMTError(
+            f"data.source=multi: {where} is bilingual ({trained}, no target-language tags in its "
+            "vocabulary); fine-tune it on its own direction, or train a multilingual model anew"
+        )
+    if cfg.data.source != "multi":
+        raise NMTError(
+            f"data.source={cfg.data.source}: {where} is multilingual ({trained}) and reads tagged input; "
+            "fine-tune it with a multilingual corpus (data.corpora) of some of its directions"
+        )
+    targets = {t for _, t in parents}
+    for i, (src, tgt) in enumerate(mine):
+        if tgt not in targets:
+            raise NMTError(
+                f"data.corpora[{i}]: {src}->{tgt}: the tag >>{tgt}<< is not in the vocabulary of {where} "
+                f"(it translates {trained}); a new target language needs a model trained with it"
+            )
+        if (src, tgt) not in parents:
+            raise NMTError(
+                f"data.corpora[{i}]: {src}->{tgt} is not one of the directions of {where} ({trained}); "
+                "a fine-tune takes a subset of them"
+            )
 
 
 def model_differences(cfg: TrainConfig, ckpt: dict[str, Any]) -> list[tuple[str, Any, Any]]:

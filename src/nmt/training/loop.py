@@ -32,7 +32,7 @@ from nmt.training.lock import hold_run_dir
 from nmt.training.loss import batch_loss
 from nmt.training.schedule import learning_rate
 from nmt.training.setup import End, Ending, Progress, Run, early_stopping, set_up
-from nmt.training.validation import is_better, validate
+from nmt.training.validation import direction_table, is_better, validate
 
 log = logging.getLogger(__name__)
 
@@ -330,6 +330,8 @@ def validate_and_save(run: Run) -> bool:
             metrics["chrf"],
             " (best)" if improved else "",
         )
+        for row in direction_table(metrics):  # several directions: BLEU and chrF above are their mean
+            log.info("%s", row)
         progress.pending_validation = False
         save(run, improved=improved, step_file=True, rng=rng)
         keep_going = not (cfg.trainer.patience and progress.bad_validations >= cfg.trainer.patience)

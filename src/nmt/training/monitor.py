@@ -56,6 +56,8 @@ class Monitor:
             return
         for key in ("loss", "ppl", "bleu", "chrf"):
             self.writer.add_scalar(f"valid/{key}", metrics[key], step)
+        for key in (k for k in metrics if "/" in k):  # several directions: each one's, e.g. bleu/en-de
+            self.writer.add_scalar(f"valid/{key}", metrics[key], step)
         rows = ["| source | reference | hypothesis |", "|---|---|---|"]
         rows += [f"| {s} | {r} | {h} |" for s, r, h in examples[: cfg.trainer.num_text_examples]]
         self.writer.add_text("valid/examples", "\n".join(rows), step)

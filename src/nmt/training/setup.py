@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from nmt import checkpoint as ckpt_io
 from nmt.config import OptimConfig, TrainConfig, check_train_config, keyed_by_choices, with_absolute_folders
 from nmt.data import PreparedData, TokenBatchSampler, clipped_lengths, pin_source, prepare_corpus
+from nmt.data.multilingual import train_sampler
 from nmt.devices import resolve_precision, select_device
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, build_model, count_parameters
@@ -169,7 +170,9 @@ def build(
     seed_everything(rank_seed(cfg.seed, dist.rank))  # same initial weights, different dropout per rank
     optimizer = make_optimizer(model, cfg)
     lengths = [clipped_lengths(split, cfg.model.max_positions) for split in data.train_segmentations]
-    sampler = TokenBatchSampler(
+    sampler = train_sampler(  # several corpora: drawn by temperature (nmt.data.multilingual)
+        data,
+        getattr(cfg.data, "temperature", 1.0),
         np.stack([src for src, _ in lengths]),
         np.stack([tgt for _, tgt in lengths]),
         cfg.trainer.max_tokens,

@@ -13,18 +13,18 @@ data module is imported. A new source is one module and one line in :data:`SOURC
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 
 from nmt.config import DataConfig, keyed_by_choices
-from nmt.data.sources import hub, local, multi30k, toy
+from nmt.data.sources import hub, local, multi, multi30k, toy
 from nmt.data.sources.local import local_files, read_lines, read_parallel, read_parallel_chunks
 from nmt.data.sources.shapes import SPLITS, Chunk, RawCorpus
 from nmt.data.sources.toy import make_toy
 
 # The sources, by the data.source choices (nmt.config.DataConfig; checked at start).
 SOURCES: dict[str, ModuleType] = keyed_by_choices(
-    DataConfig, "source", {"hf": hub, "local": local, "multi30k": multi30k, "toy": toy}
+    DataConfig, "source", {"hf": hub, "local": local, "multi": multi, "multi30k": multi30k, "toy": toy}
 )
 
 
@@ -49,7 +49,45 @@ def describe_source(cfg: DataConfig) -> str:
 
 def removes_held_out(cfg: DataConfig) -> bool:
     """Whether training pairs that are also valid or test pairs are removed from training."""
-    return source_of(cfg).REMOVE_HELD_OUT
+    rule = source_of(cfg).REMOVE_HELD_OUT
+    return rule(cfg) if callable(rule) else rule
+
+
+def held_out_key(cfg: DataConfig) -> Callable[[str, str], tuple]:
+    """What of a pair is compared with the held-out pairs: the pair (a source's own rule else)."""
+    return getattr(source_of(cfg), "held_out_key", _pair)
+
+
+def _pair(src: str, tgt: str) -> tuple:
+    return ((src, tgt),)
+
+
+def grouped_chunks(cfg: DataConfig, split: str) -> Iterator[tuple[int, Chunk]]:
+    """``source_chunks`` with the index of the corpus each chunk is from: 0, but for several corpora
+    (data.source=multi), whose lines the pipeline tags once clean (:func:`source_tagger`)."""
+    cfg = resolve_source(cfg)
+    module = source_of(cfg)
+    if hasattr(module, "read_grouped"):
+        return module.read_grouped(cfg, split)
+    return ((0, chunk) for chunk in module.read(cfg, split))
+
+
+def source_tagger(cfg: DataConfig) -> Callable[[int, list[str]], list[str]] | None:
+    """What tags a group's source lines (None: a bilingual corpus, untagged)."""
+    module = source_of(cfg)
+    return module.tagger(cfg) if hasattr(module, "tagger") else None
+
+
+def source_tags(cfg: DataConfig) -> tuple[str, ...]:
+    """The target-language tags of the corpus (none for a bilingual one)."""
+    module = source_of(cfg)
+    return module.tags(cfg) if hasattr(module, "tags") else ()
+
+
+def source_directions(cfg: DataConfig) -> list[tuple[str, str]]:
+    """The directions of the corpus, in the order of its groups."""
+    module = source_of(cfg)
+    return module.directions(cfg) if hasattr(module, "directions") else [(cfg.src_lang, cfg.tgt_lang)]
 
 
 def source_chunks(cfg: DataConfig, split: str) -> Iterator[Chunk]:
@@ -84,6 +122,11 @@ __all__ = [
     "Chunk",
     "RawCorpus",
     "cache_key",
+    "grouped_chunks",
+    "held_out_key",
+    "source_directions",
+    "source_tagger",
+    "source_tags",
     "describe_source",
     "pin_source",
     "load_source",

@@ -38,6 +38,17 @@ def read(cfg: ToyDataConfig, split: str) -> Iterator[Chunk]:
     yield corpus[cfg.src_lang], corpus[cfg.tgt_lang]
 
 
+def _other_language(cfg: ToyDataConfig) -> str:
+    """The language beside "src": "tgt" (the task), or any other name (a task of its own lexicon)."""
+    langs = (cfg.src_lang, cfg.tgt_lang)
+    if langs.count("src") != 1:
+        raise NMTError(
+            f"data=toy has the language src and one other (tgt, or any name for a lexicon of its own), "
+            f"got {cfg.src_lang!r} and {cfg.tgt_lang!r}"
+        )
+    return langs[1] if langs[0] == "src" else langs[0]
+
+
 TOY_LANGS = ("src", "tgt")
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
@@ -47,18 +58,21 @@ def make_toy(cfg: ToyDataConfig) -> RawCorpus:
     """A learnable synthetic task: translate word by word through an invented lexicon, then swap
     adjacent word pairs ("a b c d e" -> "B A D C E"; ``cfg.swap_pairs=False``: "A B C D E").
 
-    Everything follows from ``cfg.seed``. The languages are always "src" and "tgt" (swap them for
-    the inverse task).
+    Everything follows from ``cfg.seed``. The languages are "src" and "tgt" (swap them for the inverse
+    task); a target language of another name ("de") has target words of its own, drawn from the seed and
+    its name, for the same source sentences: toy languages of a multi-way corpus.
     """
-    if {cfg.src_lang, cfg.tgt_lang} != set(TOY_LANGS):
-        raise NMTError(f"data=toy has languages src and tgt, got {cfg.src_lang!r} and {cfg.tgt_lang!r}")
+    other = _other_language(cfg)
     if not 1 <= cfg.min_len <= cfg.max_len:
         raise NMTError(
             f"data.min_len={cfg.min_len}, data.max_len={cfg.max_len}: need 1 <= min_len <= max_len"
         )
     rng = random.Random(cfg.seed)
     words = _invent_words(rng, 2 * cfg.vocab_words)
-    lexicon = dict(zip(words[: cfg.vocab_words], words[cfg.vocab_words :]))
+    targets = words[cfg.vocab_words :]
+    if other != "tgt":
+        targets = _invent_words(random.Random(f"{cfg.seed}:{other}"), cfg.vocab_words)
+    lexicon = dict(zip(words[: cfg.vocab_words], targets))
     source_words = list(lexicon)
     reorder = _swap_pairs if cfg.swap_pairs else list
     corpus: RawCorpus = {}
@@ -66,7 +80,7 @@ def make_toy(cfg: ToyDataConfig) -> RawCorpus:
         sentences = [rng.choices(source_words, k=rng.randint(cfg.min_len, cfg.max_len)) for _ in range(size)]
         corpus[split] = {
             "src": [" ".join(s) for s in sentences],
-            "tgt": [" ".join(reorder([lexicon[w] for w in s])) for s in sentences],
+            other: [" ".join(reorder([lexicon[w] for w in s])) for s in sentences],
         }
     return corpus
 
