@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from nmt.alignment import Link, alignment_scores, parse_pharaoh, pharaoh
+from nmt.word_alignment import Link, alignment_scores, parse_pharaoh, pharaoh
 
 from nmt.config import DecodingOverrides
 from nmt.data import read_lines
