@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from nmt.word_alignment import Link, alignment_scores, parse_pharaoh, pharaoh
 
 from nmt.config import DecodingOverrides
 from nmt.data import read_lines
 from nmt.translator import Translator
+from nmt.word_alignment import Link, alignment_scores, parse_pharaoh, pharaoh
 
 pytestmark = pytest.mark.slow
 
