@@ -55,12 +55,12 @@ def test_a_prefixed_evaluation_keeps_the_plain_one(checkpoint, tmp_path):
     plain = evaluate(checkpoint, tmp_path)
     before = (Path(plain.hypotheses).read_text(), Path(plain.report).read_text())
     prefixes = tmp_path / "prefixes.txt"
-    prefixes.write_text("zwei\n\n\neine\n", encoding="utf-8")
+    prefixes.write_text("die\n\n\neine\n", encoding="utf-8")  # words of common letters (a rare one is <unk>)
     prefixed = evaluate(checkpoint, tmp_path, prefix_file=str(prefixes))
     assert Path(prefixed.hypotheses).name.startswith("model.test.beam2.prefix-")
     assert (Path(plain.hypotheses).read_text(), Path(plain.report).read_text()) == before
-    assert read_lines(Path(prefixed.hypotheses))[0].startswith("zwei")
-    prefixes.write_text("eine\n\n\nzwei\n", encoding="utf-8")  # other prefixes at the same path
+    assert read_lines(Path(prefixed.hypotheses))[0].startswith("die")
+    prefixes.write_text("eine\n\n\ndie\n", encoding="utf-8")  # other prefixes at the same path
     assert evaluate(checkpoint, tmp_path, prefix_file=str(prefixes)).hypotheses != prefixed.hypotheses
 
 

@@ -155,7 +155,7 @@ def test_evaluate_refuses_unknown_metrics_before_decoding(toy_run, monkeypatch):
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoded before checking eval.metrics")
 
-    monkeypatch.setattr(Translator, "hypotheses", no_decoding)
+    monkeypatch.setattr(Translator, "translations", no_decoding)
     cfg = EvaluateConfig(
         checkpoint=str(toy_run.checkpoints / "last.pt"), eval=EvalFilesConfig(metrics=["bleu", "BLEU"])
     )

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nmt.errors import NMTError
+from nmt.training.distributed import launched_rank
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def hold_run_dir(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir`` for this training process, or refuse in one line naming the PID that holds it.
     Under torchrun rank 0 holds it for the job's ranks (the others do not take it: they write nothing
     there and would refuse each other). A run dir this made and left empty is removed."""
-    if int(os.environ.get("RANK", "0")) != 0:
+    if launched_rank() != 0:  # torchrun, srun or submitit: known before the group is joined
         yield
         return
     made = not run_dir.exists()
