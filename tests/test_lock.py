@@ -20,13 +20,22 @@ def test_a_held_run_dir_is_refused_naming_the_pid_and_released_after(tmp_path):
         pass
 
 
-def test_under_torchrun_rank_0_holds_the_run_dir_for_the_job(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "launcher, rank_key",
+    [({"WORLD_SIZE": "2"}, "RANK"), ({"SLURM_STEP_NUM_TASKS": "2"}, "SLURM_PROCID")],
+    ids=["torchrun", "srun"],
+)
+def test_rank_0_holds_the_run_dir_for_the_job(tmp_path, monkeypatch, launcher, rank_key):
     """The other ranks of the job neither take the lock nor are refused by rank 0's."""
+    for key in ("WORLD_SIZE", "RANK", "SUBMITIT_EXECUTOR", "SLURM_STEP_NUM_TASKS", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in launcher.items():
+        monkeypatch.setenv(key, value)
     with hold_run_dir(tmp_path):
-        monkeypatch.setenv("RANK", "1")
+        monkeypatch.setenv(rank_key, "1")
         with hold_run_dir(tmp_path):
             pass
-        monkeypatch.setenv("RANK", "0")
+        monkeypatch.setenv(rank_key, "0")
         with pytest.raises(NMTError, match="another training process"), hold_run_dir(tmp_path):
             pass
 
