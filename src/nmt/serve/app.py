@@ -215,30 +215,24 @@ async def prometheus(request: Request) -> Response:
 
 
 async def translate(request: Request) -> Response:
-    state = service(request)
-    answer = Reply("/translate", state.metrics)
-    deadline = answer.started + state.limits.timeout_s
-    try:
-        parsed = await request_body(state, request, parse_request)
-        answer.sentences = len(parsed.text)
-        queued = translation_job(state, parsed)
-    except BadRequest as e:
-        return answer(e.status, e.body(), e.headers)
-    except ClientDisconnect:
-        return answer(CLIENT_GONE, {"error": "the client left"})
-    return await finish(state, request, answer, queued, deadline)
+    return await handle(request, "/translate", parse_request, translation_job)
 
 
 async def score(request: Request) -> Response:
     """The model's score of given translations (the page's edited translation), hardened as
     ``/translate``: the same limits, queue, workers and timeout."""
+    return await handle(request, "/score", parse_score, scoring_job)
+
+
+async def handle(request: Request, path: str, parse: Callable, job: Callable) -> Response:
+    """A POST of ``path``: its body parsed by ``parse``, queued by ``job``, answered by :func:`finish`."""
     state = service(request)
-    answer = Reply("/score", state.metrics)
+    answer = Reply(path, state.metrics)
     deadline = answer.started + state.limits.timeout_s
     try:
-        parsed = await request_body(state, request, parse_score)
+        parsed = await request_body(state, request, parse)
         answer.sentences = len(parsed.text)
-        queued = scoring_job(state, parsed)
+        queued = job(state, parsed)
     except BadRequest as e:
         return answer(e.status, e.body(), e.headers)
     except ClientDisconnect:
