@@ -245,7 +245,9 @@ class Batcher:
         self.metrics.restarts.labels(reason=reason).inc()
 
     async def _restart(self, worker: Worker, reason: str) -> None:
-        """Start ``worker`` again, waiting longer after each failed start."""
+        """Start ``worker`` again, waiting longer after each failed start. It is not ready from now on
+        (its start, in a thread, stops what is left of it first), so no batch is sent to it meanwhile."""
+        worker.ready = False
         self._count_restart(reason)
         log.warning("starting %s again (%s)", worker.name, reason)
         loop = asyncio.get_running_loop()
