@@ -4,10 +4,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.average import average_checkpoints, check_average_output, last_checkpoints
 from nmt.checkpoint import atomic_save
-from nmt.cli import script_main
 from nmt.errors import NMTError
+from nmt.runs.cli import script_main
+from nmt.tooling.average import average_checkpoints, check_average_output, last_checkpoints
 
 
 @script_main("average_checkpoints")

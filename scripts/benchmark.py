@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from nmt.benchmark import format_report, run_benchmark, split_benchmark_config
-from nmt.cli import script_main
+from nmt.runs.cli import script_main
 
 log = logging.getLogger("benchmark")
 

@@ -10,7 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.benchmark.ct2_speed import format_direct, run_ct2_speed
-from nmt.cli import script_main
+from nmt.runs.cli import script_main
 
 
 @script_main("benchmark_ct2")

@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.benchmark.decoders import format_decoders, run_decoders_speed
-from nmt.cli import script_main
+from nmt.runs.cli import script_main
 
 
 @script_main("benchmark_decoders")

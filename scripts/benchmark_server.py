@@ -23,12 +23,12 @@ from nmt.benchmark.service_speed import (
     format_rows,
     serve_command,
 )
-from nmt.cli import script_main
 from nmt.ct2.backend import CT2Backend
 from nmt.devices import select_device, usable_cores
-from nmt.evaluation import evaluation_text
+from nmt.evaluation.evaluate import evaluation_text
+from nmt.inference.translator import Translator
+from nmt.runs.cli import script_main
 from nmt.serve.live import free_port
-from nmt.translator import Translator
 
 SERVE = Path(__file__).resolve().parent / "serve.py"
 

@@ -8,8 +8,8 @@ model as its vocabulary map). Prints how much of the validation references the s
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
-from nmt.shortlist_builder import shortlist_for_checkpoint
+from nmt.runs.cli import script_main
+from nmt.tooling.shortlist_builder import shortlist_for_checkpoint
 
 
 @script_main("build_shortlist")

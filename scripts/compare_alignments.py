@@ -1,6 +1,6 @@
 """Which decoder layer's attention gives the best word alignments, and how to read them off it: every
 layer x row (the step that predicts a target word, or the one that reads it) x word method
-(nmt.word_alignment), scored against reference alignments of the same sentence pairs.
+(nmt.analysis.word_alignment), scored against reference alignments of the same sentence pairs.
 
     python scripts/compare_alignments.py checkpoint=PATH eval.src=FILE eval.ref=FILE reference=LINKS
         [reference_reverse=LINKS]       # the other direction: the reference is grow-diag-final-and of both
@@ -12,13 +12,13 @@ the whitespace-separated words of the same lines. Prints precision, recall, F1 a
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
+from nmt.analysis.word_alignment import compare_readings, grow_diag_final_and, parse_pharaoh
 from nmt.data import read_lines
 from nmt.devices import select_device
 from nmt.errors import NMTError
-from nmt.evaluation import evaluation_text
-from nmt.translator import Translator
-from nmt.word_alignment import compare_readings, grow_diag_final_and, parse_pharaoh
+from nmt.evaluation.evaluate import evaluation_text
+from nmt.inference.translator import Translator
+from nmt.runs.cli import script_main
 
 
 def read_links(path: str, pairs: int) -> list[set[tuple[int, int]]]:

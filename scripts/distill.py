@@ -8,8 +8,8 @@ student on it (docs/distillation.md).
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
-from nmt.distill import distill
+from nmt.runs.cli import script_main
+from nmt.tooling.distill import distill
 
 
 @script_main("distill")

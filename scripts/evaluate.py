@@ -11,10 +11,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
 from nmt.config import checkpoint_paths
-from nmt.evaluation import evaluate_directions, format_directions, report_dir
+from nmt.evaluation.evaluate import evaluate_directions, format_directions, report_dir
 from nmt.metrics import format_by_length, format_scores
+from nmt.runs.cli import script_main
 
 
 @script_main("evaluate")

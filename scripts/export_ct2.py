@@ -6,8 +6,8 @@ Translate with it: ``scripts/translate.py checkpoint=PATH backend=ct2 ct2_model=
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
 from nmt.ct2.export import export_checkpoint
+from nmt.runs.cli import script_main
 
 
 @script_main("export_ct2")

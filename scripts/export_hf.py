@@ -12,10 +12,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
-from nmt.evaluation import own_report
+from nmt.evaluation.evaluate import own_report
 from nmt.hf.exporter import export_checkpoint
 from nmt.hf.parity import format_parity
+from nmt.runs.cli import script_main
 
 
 @script_main("export_hf")

@@ -10,9 +10,9 @@ run's best validation score by ``trainer.best_metric`` (a sweeper's objective: n
 
 from omegaconf import DictConfig
 
-from nmt.cli import script_main
-from nmt.pipeline import run_pipeline, split_pipeline_config
-from nmt.sweep import end_job, start_job
+from nmt.runs.cli import script_main
+from nmt.runs.pipeline import run_pipeline, split_pipeline_config
+from nmt.runs.sweep import end_job, start_job
 from nmt.training.distributed import launched_rank
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
 from nmt.devices import select_device
 from nmt.errors import NMTError
-from nmt.evaluation import run_file
+from nmt.evaluation.evaluate import run_file
+from nmt.inference.translator import Translator
 from nmt.plotting import PNG_DPI, attention_figure
-from nmt.translator import Translator
+from nmt.runs.cli import script_main
 
 
 @script_main("plot_attention")

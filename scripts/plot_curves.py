@@ -8,9 +8,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
 from nmt.errors import NMTError
 from nmt.plotting import curves_figure
+from nmt.runs.cli import script_main
 
 
 @script_main("plot_curves")

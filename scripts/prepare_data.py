@@ -10,8 +10,8 @@ fine-tune's training run encodes it.
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
 from nmt.data import format_summary, prepare_corpus
+from nmt.runs.cli import script_main
 from nmt.training.init_from import parent_tokenizer, warn_unknown
 
 

@@ -15,10 +15,10 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
 from nmt.config import checkpoint_paths
+from nmt.evaluation.scoring import format_scores, score_corpus
 from nmt.outputs import check_output_file
-from nmt.scoring import format_scores, score_corpus
+from nmt.runs.cli import script_main
 
 
 @script_main("score")

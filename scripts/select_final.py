@@ -2,8 +2,8 @@
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
-from nmt.selection import choose_final
+from nmt.evaluation.selection import choose_final
+from nmt.runs.cli import script_main
 
 
 @script_main("select_final")

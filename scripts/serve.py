@@ -12,7 +12,7 @@ requests whose Host is the bound address or a name of localhost are answered unl
 import uvicorn
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
+from nmt.runs.cli import script_main
 from nmt.serve import create_app, listen, served_url, trusted_hosts
 from nmt.serve.batch_decoding import TranslatorSpec
 

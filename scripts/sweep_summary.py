@@ -12,8 +12,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cache import atomic_write_text
-from nmt.cli import script_main
-from nmt.sweep import format_table, ranked, summarize, to_csv
+from nmt.runs.cli import script_main
+from nmt.runs.sweep import format_table, ranked, summarize, to_csv
 
 
 @script_main("sweep_summary")

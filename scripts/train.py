@@ -6,8 +6,8 @@ Returns the run's best validation score by ``trainer.best_metric``: the objectiv
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
-from nmt.sweep import end_job, start_job
+from nmt.runs.cli import script_main
+from nmt.runs.sweep import end_job, start_job
 from nmt.training.distributed import launched_rank
 from nmt.training.loop import train
 

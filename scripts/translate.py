@@ -11,13 +11,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli import script_main
 from nmt.config import checkpoint_paths
 from nmt.devices import select_device
 from nmt.errors import NMTError
+from nmt.inference.streaming import StreamOptions, translate_stream
+from nmt.inference.translator import Translator
 from nmt.outputs import check_output_file
-from nmt.streaming import StreamOptions, translate_stream
-from nmt.translator import Translator
+from nmt.runs.cli import script_main
 
 
 @script_main("translate")

@@ -18,7 +18,7 @@ import torch
 from nmt.config import RNNSearchConfig, TransformerConfig, knobs_of
 from nmt.decoding import pad_batch
 from nmt.models import Seq2Seq, Transformer, build_model
-from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 # ------------------------------------------------------------------------------------- tiny models

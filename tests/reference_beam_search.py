@@ -14,7 +14,7 @@ from torch import Tensor
 from nmt.config import DecodingConfig
 from nmt.decoding import Hypothesis, length_penalty, mask_logits, max_lengths
 from nmt.models.base import Seq2Seq
-from nmt.special import BOS_ID, EOS_ID
+from nmt.text.special import BOS_ID, EOS_ID
 
 
 def _only_eos(log_probs: Tensor, rows: Tensor) -> None:

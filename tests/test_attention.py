@@ -30,7 +30,7 @@ from nmt.models.attention import (
     rotary,
 )
 from nmt.models.base import LazyRows, reorder_state
-from nmt.special import BOS_ID, EOS_ID, PAD_ID
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

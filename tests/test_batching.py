@@ -6,7 +6,7 @@ import torch
 
 from nmt.data import Batch, EncodedSplit, TokenBatchSampler, collate, drop_words
 from nmt.errors import NMTError
-from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MAX_TOKENS = 300
 

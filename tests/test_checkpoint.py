@@ -11,7 +11,6 @@ import pytest
 import torch
 from helpers import sentencepiece_model
 
-from nmt.average import average_checkpoints, last_checkpoints
 from nmt.checkpoint import (
     FORMAT_VERSION,
     atomic_save,
@@ -25,7 +24,8 @@ from nmt.checkpoint import (
 from nmt.config import ToyDataConfig, TrainConfig, TransformerConfig, to_container
 from nmt.errors import NMTError
 from nmt.models import Transformer
-from nmt.tokenizer import Tokenizer
+from nmt.text.tokenizer import Tokenizer
+from nmt.tooling.average import average_checkpoints, last_checkpoints
 
 TINY = TransformerConfig(d_model=16, ff_dim=32, heads=2, encoder_layers=1, decoder_layers=1, max_positions=32)
 VOCAB = 40

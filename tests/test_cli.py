@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from nmt import cli, commands
-from nmt.cli import _leaves, check_overrides, script_help
+from nmt import commands
 from nmt.config import DecodingOverrides, ModelConfig, TrainerConfig, TranslateConfig, field_help
 from nmt.errors import NMTError
+from nmt.runs import cli
+from nmt.runs.cli import _leaves, check_overrides, script_help
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.stem for p in (REPO / "scripts").glob("*.py"))

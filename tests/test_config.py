@@ -12,7 +12,6 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from nmt import config
-from nmt.cli import _missing_keys
 from nmt.config import (
     NON_NEGATIVE,
     DecodingConfig,
@@ -27,9 +26,10 @@ from nmt.config import (
 )
 from nmt.devices import DTYPES
 from nmt.errors import NMTError
+from nmt.inference.translator import merge_decoding
+from nmt.runs.cli import _missing_keys
 from nmt.training.setup import OPTIMIZERS, set_up
 from nmt.training.validation import is_better
-from nmt.translator import merge_decoding
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -157,7 +157,8 @@ def test_an_architecture_other_than_the_models_is_refused():
 
 
 def test_every_scripts_defaults_pass_the_checks(compose_cfg):
-    """What every script checks at start (nmt.cli.run_cli) holds for its defaults, required keys given."""
+    """What every script checks at start (nmt.runs.cli.run_cli) holds for its defaults, required keys
+    given."""
     for name in sorted(p.stem for p in CONFIGS.glob("*.yaml")):
         extra = ["experiment=toy"] if name in ("train", "benchmark") else []
         missing = list(_missing_keys(OmegaConf.to_container(compose_cfg(name, *extra), resolve=False)))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import nmt.data.corpus as corpus_module
-import nmt.tokenizer as tokenizer_module
+import nmt.text.tokenizer as tokenizer_module
 from nmt.config import CleanConfig, LocalDataConfig, TokenizerConfig, ToyDataConfig
 from nmt.data import format_summary, prepare_corpus
 from nmt.errors import NMTError

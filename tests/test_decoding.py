@@ -30,7 +30,7 @@ from nmt.models import Seq2Seq, Transformer, kernels
 from nmt.models import attention as attention_module
 from nmt.models.base import select_sentences
 from nmt.models.ensemble import Ensemble
-from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 24
 LIMIT = 63  # max_positions - 1

@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 from nmt.cache import hash_key
 from nmt.config import DecodingConfig, DistillConfig, DistillCorpusConfig, ToyDataConfig, data_or_model_data
 from nmt.data import read_lines, text_path
-from nmt.distill import cache_settings, corpus_name, distill, translate_in_chunks
 from nmt.errors import NMTError
+from nmt.tooling.distill import cache_settings, corpus_name, distill, translate_in_chunks
 
 
 class FakeTranslator:

@@ -13,7 +13,7 @@ from helpers import tiny_rnnsearch, tiny_transformer
 from nmt.config import DecodingConfig
 from nmt.decoding import beam_search, greedy_search, pad_batch
 from nmt.models.ensemble import Ensemble
-from nmt.special import BOS_ID, EOS_ID
+from nmt.text.special import BOS_ID, EOS_ID
 
 VOCAB, LIMIT = 24, 31
 

@@ -10,10 +10,10 @@ import torch
 from nmt.checkpoint import FORMAT_VERSION, atomic_save
 from nmt.config import DecodingOverrides, EvaluateConfig, TrainConfig, to_container
 from nmt.data import PreparedData, prepare_corpus, read_lines
-from nmt.evaluation import evaluate_checkpoint
+from nmt.evaluation.evaluate import evaluate_checkpoint
 from nmt.metrics import corpus_scores
 from nmt.models import build_model
-from nmt.shortlist_builder import build_shortlist
+from nmt.tooling.shortlist_builder import build_shortlist
 
 EN = ["a man rides a bike", "two dogs play in the park", "a woman sings a song", "the sun is hot"]
 DE = ["ein mann fährt rad", "zwei hunde spielen im park", "eine frau singt ein lied", "die sonne ist heiß"]

@@ -10,7 +10,7 @@ from test_evaluation import TEST_DE, TEST_EN, save_model, tiny_config
 
 from nmt.config import DecodingConfig, DecodingOverrides, EvalFilesConfig, EvaluateConfig
 from nmt.data import prepare_corpus, read_lines
-from nmt.evaluation import EvalReport, evaluate_checkpoint, output_stem
+from nmt.evaluation.evaluate import EvalReport, evaluate_checkpoint, output_stem
 
 
 @pytest.fixture(scope="module")

@@ -32,15 +32,15 @@ from nmt.config import (
 from nmt.decoding import length_penalty, pad_batch, translate_ids
 from nmt.errors import NMTError
 from nmt.models import Transformer
-from nmt.special import BOS_ID, EOS_ID, PAD_ID
-from nmt.tokenizer import Tokenizer
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID
+from nmt.text.tokenizer import Tokenizer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from nmt.backends import load_backend  # noqa: E402
 from nmt.ct2.backend import CT2Backend, ct2_length_penalty, thread_layout  # noqa: E402
 from nmt.ct2.export import check_exportable, export_checkpoint, export_model  # noqa: E402
-from nmt.translator import Translator  # noqa: E402
+from nmt.inference.backends import load_backend  # noqa: E402
+from nmt.inference.translator import Translator  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EN_DE = ("en", "de")

@@ -30,10 +30,10 @@ from nmt.config import (
 )
 from nmt.decoding import pad_batch
 from nmt.errors import NMTError
-from nmt.evaluation import own_report
+from nmt.evaluation.evaluate import own_report
 from nmt.models import count_parameters
-from nmt.special import BOS_ID, EOS_ID, PAD_ID
-from nmt.tokenizer import Tokenizer
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID
+from nmt.text.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 # MarianTokenizer recommends sacremoses for a normalisation that its tokenization never calls.

@@ -37,7 +37,11 @@ def test_the_package_keeps_its_layers():
 @pytest.mark.parametrize(
     ("module", "wrong_import", "contract"),
     [
-        ("training/loss.py", "import nmt.translator", "nmt.training.loss -> nmt.translator"),
+        (
+            "training/loss.py",
+            "import nmt.inference.translator",
+            "nmt.training.loss -> nmt.inference.translator",
+        ),
         ("models/base.py", "import nmt.decoding", "nmt.models.base -> nmt.decoding"),
         ("serve/batcher.py", "import nmt.models", "nmt.serve.batcher -> nmt.models"),
         ("decoding/beam.py", "import nmt.data", "nmt.decoding.beam -> nmt.data"),

@@ -16,7 +16,7 @@ from nmt.data import prepare_text
 from nmt.data.batching import TokenBatchSampler
 from nmt.data.multilingual import TemperatureBatchSampler, epoch_counts, temperature_shares
 from nmt.errors import NMTError
-from nmt.tags import choose_target, tagged, untagged
+from nmt.text.tags import choose_target, tagged, untagged
 
 TOY = ["data=toy_multi", "data.cache_dir=unused"]
 
@@ -148,7 +148,7 @@ def test_the_temperature_sampler_upsamples_the_small_corpus_reproducibly_and_res
 
 def test_tokenizer_settings_are_unchanged_without_tags(tmp_path):
     """A bilingual corpus trains the tokenizer it did before tags existed (same settings, same cache)."""
-    from nmt.tokenizer import train_tokenizer
+    from nmt.text.tokenizer import train_tokenizer
 
     text = tmp_path / "train.txt"
     text.write_text("".join(f"w{i % 50} w{i % 7} w{i % 11}\n" for i in range(500)))

@@ -23,7 +23,7 @@ from nmt.config import HFDataConfig, LocalDataConfig, TokenizerConfig, ToyDataCo
 from nmt.data import prepare_corpus, prepare_text, read_lines, read_text
 from nmt.data.writers import CHUNK_PAIRS, NpyWriter
 from nmt.errors import NMTError
-from nmt.text_workers import ids_dtype
+from nmt.text.spm_workers import ids_dtype
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO / "../shared/data/multi30k-de-en"
@@ -267,7 +267,7 @@ import nmt.data.corpus as corpus
 import nmt.data.writers as writers
 from nmt.config import TokenizerConfig, ToyDataConfig
 from nmt.errors import NMTError
-from nmt.tokenizer import Tokenizer
+from nmt.text.tokenizer import Tokenizer
 
 folder = Path(sys.argv[1])
 writers.CHUNK_PAIRS = 100  # a few chunks: the workers are used

@@ -25,11 +25,11 @@ from nmt.config import (
     to_container,
 )
 from nmt.data import prepare_text, read_text, text_path
+from nmt.decoding.shortlist import coverage, load_shortlist, write_vmap
 from nmt.errors import NMTError
-from nmt.shortlist import coverage, load_shortlist, write_vmap
-from nmt.shortlist_builder import _count, build_shortlist, shortlist_for_checkpoint
-from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from nmt.tokenizer import Tokenizer, train_tokenizer
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text.tokenizer import Tokenizer, train_tokenizer
+from nmt.tooling.shortlist_builder import _count, build_shortlist, shortlist_for_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SPECIALS = [PAD_ID, UNK_ID, BOS_ID, EOS_ID]
@@ -181,11 +181,11 @@ def test_the_vmap_lists_the_always_candidates_then_each_source_subwords(tokenize
 
 def test_an_export_with_a_shortlist_decodes_within_its_vmap_and_only_for_that_shortlist(tokenizer, tmp_path):
     pytest.importorskip("ctranslate2")
-    from nmt.backends import TorchBackend
     from nmt.config import DecodingConfig
     from nmt.ct2.backend import CT2Backend
     from nmt.ct2.export import export_model
     from nmt.ct2.format import read_export_info
+    from nmt.inference.backends import TorchBackend
 
     text = prepare_text(ToyDataConfig(cache_dir=str(tmp_path), train_size=300))
     sources = tokenizer.encode_src(read_text(text, "train", "src"))

@@ -16,20 +16,20 @@ import torch
 from helpers import copy_sentences, tiny_rnnsearch, tiny_transformer, train_to_copy
 from test_translator import DE, EN, write_checkpoint
 
-from nmt import backends
 from nmt.config import DecodingConfig, DecodingOverrides, ExportCT2Config, ToyDataConfig, check_decoding
 from nmt.decoding import pad_batch, score_ids, translate_ids
 from nmt.decoding.common import BatchVocab
+from nmt.decoding.shortlist import SPECIALS, Shortlist
 from nmt.errors import NMTError
+from nmt.inference import backends
+from nmt.inference.translator import Translator
 from nmt.models import Seq2Seq
 from nmt.models.base import OutputVocab
 from nmt.models.ensemble import Ensemble
 from nmt.serve.batch_decoding import ScoreSettings, translate_batch
 from nmt.serve.requests import TranslateRequest
-from nmt.shortlist import SPECIALS, Shortlist
-from nmt.shortlist_builder import build_shortlist
-from nmt.special import BOS_ID, EOS_ID, PAD_ID
-from nmt.translator import Translator
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID
+from nmt.tooling.shortlist_builder import build_shortlist
 
 VOCAB = 24
 POSITIONS = 32

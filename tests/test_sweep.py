@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nmt import cli, launching
 from nmt.errors import NMTError
-from nmt.sweep import JobResult, check_direction, claim_run_dir, format_table, ranked
+from nmt.runs import cli, launching
+from nmt.runs.sweep import JobResult, check_direction, claim_run_dir, format_table, ranked
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-import nmt.tokenizer as tokenizer_module
+import nmt.text.tokenizer as tokenizer_module
 from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
-from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from nmt.tokenizer import Tokenizer, train_tokenizer
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text.tokenizer import Tokenizer, train_tokenizer
 
 EN_WORDS = (("cat", "dog", "bird", "horse"), ("a tree", "it", "us", "the sea"), ("old", "red", "big", "new"))
 DE_WORDS = (
@@ -132,7 +132,7 @@ from pathlib import Path
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from nmt.config import TokenizerConfig
 from nmt.errors import NMTError
-from nmt.tokenizer import train_tokenizer
+from nmt.text.tokenizer import train_tokenizer
 
 folder = Path(sys.argv[1])
 pipes = sorted([folder / "train.en", folder / "train.de"])

@@ -8,7 +8,7 @@ import torch
 from nmt.config import TransformerConfig
 from nmt.errors import NMTError
 from nmt.models import Transformer, build_model, count_parameters
-from nmt.special import BOS_ID, EOS_ID, PAD_ID
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 50
 TINY = TransformerConfig(

@@ -19,7 +19,6 @@ import pytest
 import torch
 from helpers import tiny_transformer
 
-from nmt.backends import BACKENDS, ProcessesBackend, TorchBackend, load_backend
 from nmt.checkpoint import atomic_save, make_checkpoint
 from nmt.config import (
     DataConfig,
@@ -34,10 +33,11 @@ from nmt.config import (
 from nmt.ct2.backend import CT2Backend
 from nmt.decoding import Backend, Hypothesis, translate_ids
 from nmt.errors import NMTError
+from nmt.inference.backends import BACKENDS, ProcessesBackend, TorchBackend, load_backend
+from nmt.inference.translator import Translator
 from nmt.models.ensemble import Ensemble
-from nmt.shortlist_builder import build_shortlist
-from nmt.tokenizer import train_tokenizer
-from nmt.translator import Translator
+from nmt.text.tokenizer import train_tokenizer
+from nmt.tooling.shortlist_builder import build_shortlist
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -116,7 +116,7 @@ def test_empty_lines_stay_empty_and_are_not_decoded(translator):
 
 def test_a_truncated_line_is_named_in_the_warning(translator, caplog):
     long = " ".join(["the cat sees it near the house"] * 8)
-    with caplog.at_level(logging.WARNING, logger="nmt.translator"):
+    with caplog.at_level(logging.WARNING, logger="nmt.inference.translator"):
         ids = translator.encode(["the cat", long], first_line=41)
     assert len(ids[1]) == translator.max_source == 31
     assert [r.getMessage() for r in caplog.records] == [
@@ -528,8 +528,8 @@ def test_translating_and_serving_never_import_matplotlib(checkpoint, tmp_path):
     assert "matplotlib" not in script.stderr
     code = (
         "import sys, torch\n"
-        "import nmt.serve.app, nmt.evaluation\n"
-        "from nmt.translator import Translator\n"
+        "import nmt.serve.app, nmt.evaluation.evaluate\n"
+        "from nmt.inference.translator import Translator\n"
         f"t = Translator.from_checkpoint({str(checkpoint)!r}, torch.device('cpu'))\n"
         "hyp = t.translations(['the cat sees it'], t.cfg.decoding).nbest[0][0]\n"
         "t.attention('the cat sees it', hyp.tokens), t.info()\n"
@@ -546,7 +546,7 @@ def test_input_the_source_vocabulary_cannot_spell_is_warned_about_a_few_times(tr
     """English-like lowercase letters spell, capitals it never saw and Cyrillic do not: still translated."""
     fresh = Translator(translator.model, translator.tokenizer, translator.cfg, Recorder())
     lines = ["the cat sees it", "THE CAT SEES IT", "кошка", "the кошка sees it", "кошка", "кошка", "кошка"]
-    with caplog.at_level(logging.WARNING, logger="nmt.translator"):
+    with caplog.at_level(logging.WARNING, logger="nmt.inference.translator"):
         out = fresh.translate(lines, DECODING)
     assert len(out) == 7 and all(out)
     messages = [r.getMessage() for r in caplog.records]

@@ -4,8 +4,7 @@ format, and the agreement scores (precision, recall, F1, AER)."""
 import pytest
 import torch
 
-from nmt.errors import NMTError
-from nmt.word_alignment import (
+from nmt.analysis.word_alignment import (
     alignment_scores,
     attention_links,
     grow_diag_final_and,
@@ -14,6 +13,7 @@ from nmt.word_alignment import (
     word_ids,
     words,
 )
+from nmt.errors import NMTError
 
 
 def test_pieces_that_start_with_the_space_mark_start_words():

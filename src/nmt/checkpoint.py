@@ -21,7 +21,7 @@ from nmt.cache import atomic_write
 from nmt.config import TrainConfig, to_train_config
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, build_model
-from nmt.tokenizer import Tokenizer
+from nmt.text.tokenizer import Tokenizer
 
 FORMAT_VERSION = 1
 

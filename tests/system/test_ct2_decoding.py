@@ -16,8 +16,8 @@ import torch
 from nmt.config import EvaluateConfig, ExportCT2Config
 from nmt.data import prepare_text, read_lines
 from nmt.decoding import translate_ids
-from nmt.evaluation import evaluate_checkpoint
-from nmt.translator import Translator
+from nmt.evaluation.evaluate import evaluate_checkpoint
+from nmt.inference.translator import Translator
 
 pytest.importorskip("ctranslate2")
 

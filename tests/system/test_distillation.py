@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 from nmt.config import DistillConfig, LocalDataConfig
 from nmt.data import load_source, prepare_text, read_lines, read_text
-from nmt.distill import distill
-from nmt.translator import Translator
+from nmt.inference.translator import Translator
+from nmt.tooling.distill import distill
 
 pytestmark = pytest.mark.slow
 

@@ -16,10 +16,10 @@ from nmt.checkpoint import atomic_save, load_checkpoint
 from nmt.config import DecodingOverrides, EvalDataConfig, EvalFilesConfig, EvaluateConfig
 from nmt.data import prepare_text
 from nmt.errors import NMTError
-from nmt.evaluation import evaluate_checkpoint, report_dir
+from nmt.evaluation.evaluate import evaluate_checkpoint, report_dir
+from nmt.inference.translator import Translator
 from nmt.metrics import corpus_scores
 from nmt.training.loop import train
-from nmt.translator import Translator
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from nmt.config import ExportHFConfig
 from nmt.data import read_lines
 from nmt.decoding import translate_ids
 from nmt.decoding.common import length_budget
-from nmt.special import EOS_ID, PAD_ID
+from nmt.text.special import EOS_ID, PAD_ID
 
 transformers = pytest.importorskip("transformers")
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from test_training import assert_continues_exactly
 
-from nmt.average import average_checkpoints
 from nmt.checkpoint import atomic_save, load_checkpoint, model_from_checkpoint, weights_digest
 from nmt.errors import NMTError
-from nmt.tokenizer import Tokenizer
+from nmt.text.tokenizer import Tokenizer
+from nmt.tooling.average import average_checkpoints
 from nmt.training.init_from import resumed_fine_tune
 from nmt.training.loop import train
 

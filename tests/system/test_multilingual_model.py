@@ -14,9 +14,9 @@ import torch
 from nmt.config import DecodingOverrides
 from nmt.data import prepare_corpus
 from nmt.errors import NMTError
+from nmt.inference.translator import Translator
 from nmt.metrics import corpus_scores
 from nmt.training.loop import train
-from nmt.translator import Translator
 
 LANGS = ("de", "fr", "cs")
 TOY_MULTI = (

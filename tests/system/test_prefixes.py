@@ -14,7 +14,7 @@ import torch
 from nmt.config import DecodingOverrides
 from nmt.data import read_lines
 from nmt.errors import NMTError
-from nmt.translator import Translator
+from nmt.inference.translator import Translator
 
 pytestmark = pytest.mark.slow
 CPU = torch.device("cpu")

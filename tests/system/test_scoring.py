@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from nmt.analysis.word_alignment import parse_pharaoh
 from nmt.config import DecodingOverrides
 from nmt.data import read_lines
 from nmt.errors import NMTError
-from nmt.translator import Translator
-from nmt.word_alignment import parse_pharaoh
+from nmt.inference.translator import Translator
 
 pytestmark = pytest.mark.slow
 CPU = torch.device("cpu")

@@ -27,16 +27,16 @@ import torch
 from nmt.config import DecodingOverrides, ServerLimits
 from nmt.data import prepare_text, read_lines
 from nmt.errors import NMTError
-from nmt.shortlist_builder import build_shortlist
+from nmt.tooling.shortlist_builder import build_shortlist
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 from live_service import serve_in_thread  # noqa: E402
 
+from nmt.inference.translator import Translator  # noqa: E402
 from nmt.serve import create_app  # noqa: E402
 from nmt.serve.batch_decoding import TranslatorSpec  # noqa: E402
 from nmt.serve.live import free_port  # noqa: E402
-from nmt.translator import Translator  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 from live_service import serve_in_thread  # noqa: E402
 
+from nmt.inference.translator import Translator  # noqa: E402
 from nmt.serve import create_app  # noqa: E402
-from nmt.translator import Translator  # noqa: E402
 
 pytestmark = pytest.mark.slow
 LIMITS = ServerLimits(max_sentences=8, max_chars=400, max_beam_size=6)

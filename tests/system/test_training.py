@@ -20,7 +20,7 @@ import nmt.training.loop as loop
 from nmt.checkpoint import load_checkpoint
 from nmt.data import prepare_text
 from nmt.errors import NMTError
-from nmt.translator import Translator
+from nmt.inference.translator import Translator
 
 pytestmark = pytest.mark.slow
 

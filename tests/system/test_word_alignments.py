@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from nmt.analysis.word_alignment import Link, alignment_scores, parse_pharaoh, pharaoh
 from nmt.config import DecodingOverrides
 from nmt.data import read_lines
-from nmt.translator import Translator
-from nmt.word_alignment import Link, alignment_scores, parse_pharaoh, pharaoh
+from nmt.inference.translator import Translator
 
 pytestmark = pytest.mark.slow
 

@@ -38,10 +38,10 @@ from nmt.ct2.format import require_ctranslate2
 from nmt.decoding import Hypothesis, batch_source_tokens, length_penalty
 from nmt.decoding.common import budget_for_source
 from nmt.errors import NMTError
-from nmt.evaluation import evaluation_text
+from nmt.evaluation.evaluate import evaluation_text
+from nmt.inference.translator import Translator
 from nmt.models import Transformer
-from nmt.tokenizer import Tokenizer
-from nmt.translator import Translator
+from nmt.text.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -31,16 +31,16 @@ from typing import Any
 
 import torch
 
-from nmt.backends import ProcessesBackend
 from nmt.benchmark.ct2_speed import direct, parse_layout
 from nmt.benchmark.hardware import hardware
 from nmt.checkpoint import weights_digest
 from nmt.config import DecodersSpeedConfig, DecodingConfig
 from nmt.ct2.backend import CT2Backend
 from nmt.errors import NMTError
-from nmt.evaluation import evaluation_text
+from nmt.evaluation.evaluate import evaluation_text
+from nmt.inference.backends import ProcessesBackend
+from nmt.inference.translator import Translator
 from nmt.metrics import corpus_scores
-from nmt.translator import Translator
 
 CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA")
 

@@ -20,7 +20,7 @@ from nmt.config import BenchConfig, DecodingConfig, TransformerConfig
 from nmt.decoding import translate_ids
 from nmt.devices import autocast
 from nmt.models import Seq2Seq, kv_cache_bytes
-from nmt.tokenizer import Tokenizer
+from nmt.text.tokenizer import Tokenizer
 from nmt.training.setup import Run
 
 log = logging.getLogger(__name__)

@@ -116,7 +116,7 @@ def prepare_once(args: dict[str, Any]) -> dict[str, Any]:
     """Run in the fresh process: each stage of ``prepare_corpus`` timed, then this process's peak RSS
     (the SentencePiece trainer and the encoding workers are its children) and the cache's bytes."""
     from nmt.data.corpus import data_workers, prepare_corpus, prepare_text, text_path
-    from nmt.tokenizer import train_tokenizer
+    from nmt.text.tokenizer import train_tokenizer
 
     data_cfg = LocalDataConfig(
         dir=args["corpus"], name="corpus", cache_dir=args["cache"], workers=args["workers"]
@@ -171,7 +171,7 @@ def _datasets_encode(root: Path, tokenizer: Any, src: str, tgt: str, workers: in
     ``Dataset.from_generator`` over the text, then ``map(batched=True, num_proc=workers)``."""
     import datasets
 
-    from nmt.text_workers import text_lines
+    from nmt.text.spm_workers import text_lines
 
     def pairs() -> Any:
         for a, b in zip(text_lines([root / f"train.{src}.gz"]), text_lines([root / f"train.{tgt}.gz"])):

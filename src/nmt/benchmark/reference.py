@@ -20,7 +20,7 @@ from nmt.data import Batch
 from nmt.devices import autocast
 from nmt.models import Transformer
 from nmt.models.transformer import sinusoidal_table
-from nmt.special import PAD_ID
+from nmt.text.special import PAD_ID
 from nmt.training.setup import make_optimizer
 
 

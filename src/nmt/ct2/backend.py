@@ -24,8 +24,8 @@ from nmt.ct2.format import file_digest, read_export_info, require_ctranslate2
 from nmt.decoding import Backend, Hypothesis, batch_source_tokens, hypothesis
 from nmt.decoding.common import budget_for_source
 from nmt.errors import NMTError
-from nmt.special import BOS_ID, PAD_ID
-from nmt.tokenizer import Tokenizer
+from nmt.text.special import BOS_ID, PAD_ID
+from nmt.text.tokenizer import Tokenizer
 
 # Scoring on a CPU: at most this many log-probabilities (fp32, 16 MiB) per batch (CT2Backend.score_ids).
 SCORE_BATCH_FLOATS = 2**22
@@ -82,7 +82,7 @@ def check_export(
 class CT2Backend(Backend):
     """A CTranslate2 translator over an exported model directory, fed and answering in our token ids."""
 
-    name = "ct2"  # the backend's name (nmt.backends)
+    name = "ct2"  # the backend's name (nmt.inference.backends)
 
     def __init__(
         self,
@@ -201,7 +201,8 @@ class CT2Backend(Backend):
     def _reference(self, what: str) -> Backend:
         if self.reference is None:
             raise NMTError(
-                f"backend=ct2: {what} needs the PyTorch model beside CTranslate2 (nmt.backends.load_backend)"
+                f"backend=ct2: {what} needs the PyTorch model beside CTranslate2 "
+                "(nmt.inference.backends.load_backend)"
             )
         return self.reference
 

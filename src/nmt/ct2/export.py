@@ -36,13 +36,13 @@ from torch import nn
 from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint, weights_digest
 from nmt.config import CT2_QUANTIZATIONS, ExportCT2Config, ModelConfig, TransformerConfig, check_choice
 from nmt.ct2.format import META_FILE, file_digest, require_ctranslate2, write_export_info
+from nmt.decoding.shortlist import Shortlist, load_shortlist, write_vmap
 from nmt.errors import NMTError
 from nmt.models.attention import Attention, DotProductAttention
 from nmt.models.transformer import DecoderLayer, EncoderLayer, Residual, Transformer
 from nmt.outputs import check_output_dir, replace_output_dir
-from nmt.shortlist import Shortlist, load_shortlist, write_vmap
-from nmt.special import BOS_ID, EOS_ID, UNK_ID
-from nmt.tokenizer import Tokenizer
+from nmt.text.special import BOS_ID, EOS_ID, UNK_ID
+from nmt.text.tokenizer import Tokenizer
 
 WRITER = "scripts/export_ct2.py"  # what the output-directory rule names as the writer of an export
 

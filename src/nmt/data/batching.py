@@ -15,7 +15,7 @@ import torch
 
 from nmt.data.corpus import EncodedSplit
 from nmt.errors import NMTError
-from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 class TokenBatchSampler:

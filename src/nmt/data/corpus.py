@@ -7,7 +7,7 @@ Layout under ``{cache_dir}/{name}/``::
         train.{lang}.gz                cleaned training text of BOTH languages, one sentence per line, as
                                        gzip members of whole chunks (the unit the workers encode)
         {valid,test}.{lang}            cleaned text, plain
-        tokenizer-<hash>/              SentencePiece model(s), see nmt.tokenizer.train_tokenizer (none
+        tokenizer-<hash>/              SentencePiece model(s), see nmt.text.tokenizer.train_tokenizer (none
                                        for a fine-tune: its parent's tokenizer encodes the text)
         ids-<tokenizer fingerprint>/   {split}.{lang}.ids.npy (uint16 up to 65,536 subwords, else uint32)
                                        + .offsets.npy (int64, one more than the sentences)
@@ -58,8 +58,8 @@ from nmt.data.writers import EncodedWriter, PlainTextWriter, TrainTextWriter
 from nmt.devices import usable_cores
 from nmt.errors import NMTError
 from nmt.progress import progress_bar
-from nmt.text_workers import encode_chunk, encode_lines, ids_dtype, init_encoder, text_lines
-from nmt.tokenizer import Tokenizer, train_tokenizer
+from nmt.text.spm_workers import encode_chunk, encode_lines, ids_dtype, init_encoder, text_lines
+from nmt.text.tokenizer import Tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def text_path(root: Path, split: str, lang: str) -> Path:
 
 def read_text(root: Path, split: str, lang: str) -> list[str]:
     """One side of a prepared split, whole (the training split of a large corpus is big: stream it
-    with nmt.text_workers.text_lines instead)."""
+    with nmt.text.spm_workers.text_lines instead)."""
     path = text_path(root, split, lang)
     return list(text_lines([path])) if split == "train" else read_lines(path)
 
@@ -450,7 +450,7 @@ def ordered_map(
         yield from map(fn, tasks)
         return
     # spawn: nothing of this process (torch's threads, open files) is inherited, and the workers import
-    # only nmt.text_workers.
+    # only nmt.text.spm_workers.
     context = multiprocessing.get_context("spawn")
     try:
         with ProcessPoolExecutor(workers, mp_context=context, initializer=init, initargs=initargs) as pool:

@@ -41,9 +41,9 @@ from torch import Tensor
 
 from nmt.config import DecodingConfig
 from nmt.decoding.common import Hypothesis, RowVocab, SearchStart, constrain, hypothesis
+from nmt.decoding.shortlist import Shortlist
 from nmt.models.base import Seq2Seq, State, select_sentences
-from nmt.shortlist import Shortlist
-from nmt.special import BOS_ID, EOS_ID
+from nmt.text.special import BOS_ID, EOS_ID
 
 
 @dataclass

@@ -14,10 +14,10 @@ import torch
 from torch import Tensor
 
 from nmt.config import DecodingConfig
+from nmt.decoding.shortlist import SPECIALS, Shortlist
 from nmt.errors import NMTError, count_mismatch
 from nmt.models.base import OutputVocab, Seq2Seq, State
-from nmt.shortlist import SPECIALS, Shortlist
-from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @dataclass
@@ -134,7 +134,7 @@ def constrain(
 
 @dataclass
 class BatchVocab:
-    """The target ids a batch is scored over with a vocabulary shortlist (:mod:`nmt.shortlist`): for
+    """The target ids a batch is scored over with a vocabulary shortlist (:mod:`nmt.decoding.shortlist`): for
     each group of ``group_size`` consecutive sentences, the sorted union of their candidates, and
     which of them are each sentence's own.
 

@@ -21,8 +21,8 @@ from nmt.decoding.common import (
     pad_batch,
 )
 from nmt.decoding.greedy import greedy_search
+from nmt.decoding.shortlist import Shortlist
 from nmt.models.base import Seq2Seq
-from nmt.shortlist import Shortlist
 
 
 def search(

@@ -1,6 +1,6 @@
 """The one interface of a way to decode (``backend=``): what the Translator calls, and what the
 CTranslate2 backend asks of our search for what CTranslate2 cannot do. It lives here, below both
-:mod:`nmt.backends` and :mod:`nmt.ct2`, so that each implements it and neither copies it."""
+:mod:`nmt.inference.backends` and :mod:`nmt.ct2`, so that each implements it and neither copies it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from nmt.decoding.common import Hypothesis
 class Backend(Protocol):
     """What the Translator needs of a backend."""
 
-    name: str  # one of nmt.backends.BACKENDS: in reports, hypothesis file names and the service's answers
+    name: str  # one of nmt.inference.backends.BACKENDS: in reports, hypothesis names, the service's answers
 
     def translate_ids(
         self,

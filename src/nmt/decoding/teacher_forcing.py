@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from nmt.decoding.common import check_shortlist, length_sorted_batches, pad_batch
+from nmt.decoding.shortlist import Shortlist
 from nmt.errors import NMTError
 from nmt.models.base import Seq2Seq
-from nmt.shortlist import Shortlist
-from nmt.special import BOS_ID, PAD_ID
+from nmt.text.special import BOS_ID, PAD_ID
 
 
 @dataclass

@@ -34,7 +34,7 @@ from nmt.config import DecodingConfig, ModelConfig, TransformerConfig
 from nmt.errors import NMTError
 from nmt.models.attention import Attention, DotProductAttention
 from nmt.models.transformer import Transformer
-from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 BLENDERBOT = "BlenderbotForConditionalGeneration"
 MARIAN = "MarianMTModel"

@@ -31,7 +31,7 @@ from nmt.hf.parity import Parity, check_parity, require_transformers
 from nmt.hf.tokenizer_files import write_tokenizer
 from nmt.models import Transformer, count_parameters
 from nmt.outputs import check_output_dir, replace_output_dir
-from nmt.tokenizer import Tokenizer
+from nmt.text.tokenizer import Tokenizer
 
 RECORD = "nmt_hf_export.json"  # the record of an export: force=true replaces only a folder holding it
 WRITER = "scripts/export_hf.py"

@@ -32,8 +32,8 @@ from nmt.decoding.common import length_budget
 from nmt.errors import NMTError
 from nmt.metrics import CorpusScore, corpus_scores
 from nmt.models.transformer import Transformer
-from nmt.special import BOS_ID, EOS_ID, PAD_ID
-from nmt.tokenizer import Tokenizer
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID
+from nmt.text.tokenizer import Tokenizer
 
 
 def require_transformers() -> ModuleType:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from sentencepiece import sentencepiece_model_pb2
 
-from nmt.special import EOS_ID, PAD_ID, UNK_ID
-from nmt.tokenizer import Tokenizer
+from nmt.text.special import EOS_ID, PAD_ID, UNK_ID
+from nmt.text.tokenizer import Tokenizer
 
 
 def _vocab(pieces: list[str]) -> dict[str, int]:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nmt.special import PAD_ID
+from nmt.text.special import PAD_ID
 
 State = dict[str, Any]
 

@@ -23,7 +23,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from nmt.config import RNNSearchConfig
 from nmt.models.attention import additive_scores, softmax_combine
 from nmt.models.base import Seq2Seq, State
-from nmt.special import PAD_ID
+from nmt.text.special import PAD_ID
 
 
 class BahdanauAttention(nn.Module):

@@ -18,7 +18,7 @@ from nmt.config import TransformerConfig, check_model
 from nmt.models.attention import build_attention, cached_key_dim, kind_options
 from nmt.models.base import PerSentence, Seq2Seq, State
 from nmt.models.kernels import Dropout
-from nmt.special import PAD_ID
+from nmt.text.special import PAD_ID
 
 
 def sinusoidal_table(length: int, dim: int) -> Tensor:

@@ -1,6 +1,6 @@
 """The HTTP service of ``scripts/serve.py``: ``POST /translate``, ``GET /health``, ``GET /info``,
-``GET /metrics`` and the page at ``GET /``, over one :class:`~nmt.translator.Translator` (the same path
-as ``translate.py``, so the same input gets the same output).
+``GET /metrics`` and the page at ``GET /``, over one :class:`~nmt.inference.translator.Translator` (the
+same path as ``translate.py``, so the same input gets the same output).
 
 A request is checked before it costs anything (:mod:`nmt.serve.limits`): its Host (with
 ``allowed_hosts``), its media type, its size as declared and as read, the time its body takes, its JSON,
@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nmt.config import DecodingConfig, ServerLimits
 from nmt.devices import select_device, usable_cores
 from nmt.errors import NMTError
+from nmt.inference.translator import Translator
 from nmt.serve.batch_decoding import (
     JobResult,
     ScoreSettings,
@@ -61,7 +62,6 @@ from nmt.serve.limits import (
 from nmt.serve.requests import ScoreRequest, TranslateRequest, encode_sources, parse_request, parse_score
 from nmt.serve.telemetry import ServiceMetrics
 from nmt.serve.workers import InlineWorker, Refused, ServerStopping, Worker, WorkerFailed, WorkerTimeout
-from nmt.translator import Translator
 
 Parsed = TypeVar("Parsed")  # a request model: what parse_request or parse_score returns
 

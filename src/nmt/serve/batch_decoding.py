@@ -18,8 +18,8 @@ from typing import Any
 from nmt.config import DecodingConfig
 from nmt.devices import select_device
 from nmt.errors import NMTError
+from nmt.inference.translator import Hypothesis, Translator, WordAlignment, best_tokens
 from nmt.serve.limits import search_groups
-from nmt.translator import Hypothesis, Translator, WordAlignment, best_tokens
 
 
 @dataclass

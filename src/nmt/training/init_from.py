@@ -20,8 +20,8 @@ from nmt.config import TrainConfig, directions_of, to_container
 from nmt.data import PreparedData
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq
-from nmt.special import UNK_ID
-from nmt.tokenizer import SAMPLING_KEYS, Tokenizer
+from nmt.text.special import UNK_ID
+from nmt.text.tokenizer import SAMPLING_KEYS, Tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from nmt.data import Batch
-from nmt.special import PAD_ID
+from nmt.text.special import PAD_ID
 
 
 class _SmoothedNLL(torch.autograd.Function):

@@ -10,7 +10,7 @@ from pathlib import Path
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from nmt.attention_maps import cross_attention
+from nmt.analysis.cross_attention import cross_attention
 from nmt.config import TrainConfig, to_container
 from nmt.plotting import attention_figure
 

@@ -1,6 +1,6 @@
 """Several corpora in one model: each entry of ``data.corpora`` is a data config of its own source and
 direction. Their splits are read one corpus after the other, each chunk labelled with its corpus (its
-group), and the source lines get their target language's tag after cleaning (:mod:`nmt.tags`). A pair
+group), and the source lines get their target language's tag after cleaning (:mod:`nmt.text.tags`). A pair
 whose source or target sentence is in any direction's valid or test is kept out of every direction's
 training (when any of the corpora's sources keeps its held-out pairs out), counted as
 ``in_valid_test``."""
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from nmt.cache import config_dict
 from nmt.config import MultiDataConfig, corpus_configs, with_absolute_folders
 from nmt.data.sources.shapes import Chunk
-from nmt.tags import Direction, tag, tagged, untagged
+from nmt.text.tags import Direction, tag, tagged, untagged
 
 SCHEMA = MultiDataConfig
 

@@ -4,8 +4,8 @@ of (or beside) the references. The teacher's beam output is a simpler, more cons
 human translations, and a small student learns it better than the references; an ensemble teacher
 passes on what the ensemble knows to one model that decodes at the price of one.
 
-The teacher translates through the :class:`~nmt.translator.Translator` (either backend), and the work
-is cached under ``{data.cache_dir}/distilled/<key>/``, the key naming everything the translations
+The teacher translates through the :class:`~nmt.inference.translator.Translator` (either backend), and the
+work is cached under ``{data.cache_dir}/distilled/<key>/``, the key naming everything the translations
 depend on, every file by its content (the teachers' checkpoints, the decoding settings with the
 shortlist's content, the backend and its model, the source text)::
 
@@ -35,7 +35,7 @@ from nmt.config import DecodingConfig, DistillConfig, check_values, checkpoint_p
 from nmt.data import prepare_text, read_lines, read_text, text_path
 from nmt.devices import select_device
 from nmt.errors import NMTError
-from nmt.translator import Translator
+from nmt.inference.translator import Translator
 
 log = logging.getLogger(__name__)
 

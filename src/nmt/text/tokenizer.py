@@ -1,6 +1,6 @@
 """SentencePiece subword models: training (cached by config and data), encoding, decoding.
 
-The special ids (``nmt.special``) are fixed for the whole project; SentencePiece is trained with them.
+The special ids (``nmt.text.special``) are fixed for the whole project; SentencePiece is trained with them.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from nmt.cache import atomic_dir, config_dict, file_digest
 from nmt.config import TokenizerConfig
 from nmt.devices import usable_cores
 from nmt.errors import NMTError
-from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from nmt.text_workers import run_and_send, train_sentencepiece
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text.spm_workers import run_and_send, train_sentencepiece
 
 SAMPLING_KEYS = ("sampling_alpha", "sampled_copies")  # how the training split is re-segmented, not the model
 
@@ -202,7 +202,7 @@ def _cache_key(settings: dict, inputs: list[Path]) -> str:
 
 
 def _train(settings: dict, inputs: list[Path]) -> tuple[bytes, dict]:
-    """Train in a process of its own (nmt.text_workers.train_sentencepiece): its memory, bounded by
+    """Train in a process of its own (nmt.text.spm_workers.train_sentencepiece): its memory, bounded by
     ``input_sentence_size``, is given back when it ends, and its time and peak are logged apart."""
     if settings["model_type"] not in ("bpe", "unigram"):
         raise NMTError(f"tokenizer.model_type={settings['model_type']!r}: expected 'bpe' or 'unigram'")

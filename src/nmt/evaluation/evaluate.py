@@ -28,9 +28,9 @@ from nmt.config import (
 from nmt.data import SPLITS, describe_source, prepare_text, read_lines, read_text
 from nmt.devices import select_device
 from nmt.errors import NMTError, count_mismatch
+from nmt.inference.translator import Hypothesis, Translations, Translator, trained_directions
 from nmt.metrics import CorpusScore, OutputStats, corpus_scores, output_stats, scores_by_length
 from nmt.outputs import check_output_file
-from nmt.translator import Hypothesis, Translations, Translator, trained_directions
 
 
 @dataclass

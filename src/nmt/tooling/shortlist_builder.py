@@ -1,6 +1,6 @@
-"""Building a vocabulary shortlist (:mod:`nmt.shortlist`) from a training corpus: co-occurrence counts
-over the prepared, memory-mapped ids, in one pass of bounded memory. Apart from the table itself, so that
-the search, which reads the table, sits below the data pipeline that this module reads."""
+"""Building a vocabulary shortlist (:mod:`nmt.decoding.shortlist`) from a training corpus: co-occurrence
+counts over the prepared, memory-mapped ids, in one pass of bounded memory. Apart from the table itself,
+so that the search, which reads the table, sits below the data pipeline that this module reads."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import numpy as np
 from nmt.checkpoint import checkpoint_config, load_checkpoint
 from nmt.config import ShortlistConfig, data_or_model_data
 from nmt.data import EncodedSplit, prepare_ids
+from nmt.decoding.shortlist import SPECIALS, Coverage, Shortlist, coverage
 from nmt.errors import NMTError
 from nmt.outputs import check_output_file
-from nmt.shortlist import SPECIALS, Coverage, Shortlist, coverage
-from nmt.tokenizer import Tokenizer
+from nmt.text.tokenizer import Tokenizer
 
 
 def build_shortlist(

@@ -3,7 +3,7 @@ token of every source sentence of a multilingual model says which language to tr
 
 A bilingual model has no tags; a multilingual one knows its directions (``(src, tgt)`` pairs, from the
 corpora it was trained on) and asks for a target language whenever it has several. Tags are
-SentencePiece user-defined symbols (:func:`nmt.tokenizer.train_tokenizer`), so never split.
+SentencePiece user-defined symbols (:func:`nmt.text.tokenizer.train_tokenizer`), so never split.
 """
 
 from __future__ import annotations

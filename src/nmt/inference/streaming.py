@@ -12,7 +12,7 @@ from typing import BinaryIO, TextIO
 
 from nmt.config import DecodingConfig
 from nmt.errors import NMTError
-from nmt.translator import Translator
+from nmt.inference.translator import Translator
 
 
 @dataclass

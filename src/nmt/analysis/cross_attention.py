@@ -18,8 +18,8 @@ from nmt.config import PlotAttentionConfig, check_choice, choices_of
 from nmt.decoding import pad_batch
 from nmt.errors import NMTError
 from nmt.models.base import Seq2Seq
-from nmt.special import BOS_ID
-from nmt.tokenizer import Tokenizer
+from nmt.text.special import BOS_ID
+from nmt.text.tokenizer import Tokenizer
 
 HEAD_MODES = choices_of(PlotAttentionConfig, "heads")
 

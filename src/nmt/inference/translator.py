@@ -1,13 +1,14 @@
 """Translate raw text with a checkpoint: tokenise, decode in length-sorted batches, detokenise.
 
 The one way in for every caller (scripts, evaluation, streaming, the service): the Translator holds the
-model (:mod:`nmt.loading`), its tokenizer and settings and one backend (:mod:`nmt.backends`), and
-answers what callers ask of a model (:meth:`Translator.info`, :meth:`Translator.attention`), so none of
-them reaches below it. Text becomes translations on one path, :meth:`Translator.translations`.
+model (:mod:`nmt.inference.loading`), its tokenizer and settings and one backend
+(:mod:`nmt.inference.backends`), and answers what callers ask of a model (:meth:`Translator.info`,
+:meth:`Translator.attention`), so none of them reaches below it. Text becomes translations on one path,
+:meth:`Translator.translations`.
 
 Besides translating: target prefixes that translations must start with (:meth:`Translator.encode_prefixes`),
 the model's score of given translations (:meth:`Translator.score`, one forward pass, no search) and word
-alignments read off the cross-attention (:meth:`Translator.align`, :mod:`nmt.word_alignment`).
+alignments read off the cross-attention (:meth:`Translator.align`, :mod:`nmt.analysis.word_alignment`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,14 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from nmt.attention_maps import CrossAttention
-from nmt.backends import Backend, TorchBackend, check_backend, no_attention, open_backend
+from nmt.analysis.cross_attention import CrossAttention
+from nmt.analysis.word_alignment import (
+    WordAlignment,
+    attention_links,
+    cross_attention_batches,
+    resolve_layer,
+    words,
+)
 from nmt.checkpoint import checkpoint_config, load_checkpoint
 from nmt.config import (
     DecodingConfig,
@@ -35,12 +42,12 @@ from nmt.config import (
 from nmt.decoding import Hypothesis, hypothesis, length_sorted_batches
 from nmt.decoding.common import budget_for_source
 from nmt.errors import NMTError, count_mismatch
-from nmt.loading import load_models
+from nmt.inference.backends import Backend, TorchBackend, check_backend, no_attention, open_backend
+from nmt.inference.loading import load_models
 from nmt.models import Seq2Seq, count_parameters
 from nmt.models.ensemble import Ensemble
-from nmt.tags import choose_target, refuse_tags, tagged
-from nmt.tokenizer import Tokenizer
-from nmt.word_alignment import WordAlignment, attention_links, cross_attention_batches, resolve_layer, words
+from nmt.text.tags import choose_target, refuse_tags, tagged
+from nmt.text.tokenizer import Tokenizer
 
 __all__ = [  # what callers get
     "CrossAttention",
@@ -127,7 +134,7 @@ class Translator:
     ) -> Translator:
         """A path, or a list of paths: an ensemble, with the first checkpoint's settings (decoding,
         data) and the shortest ``max_positions`` of its models. ``workers`` > 1: ``backend=torch``
-        decodes on the CPU in that many single-threaded processes (:mod:`nmt.backends`)."""
+        decodes on the CPU in that many single-threaded processes (:mod:`nmt.inference.backends`)."""
         check_backend(backend, workers, device, len(checkpoint_paths(checkpoint)))
         loaded = load_models(checkpoint, device)
         decoder = open_backend(loaded, backend, device, ct2_model, ct2_threads, workers)
@@ -162,7 +169,7 @@ class Translator:
         self, tgt_lang: str | None, src_lang: str | None = None, zero_shot: bool = False
     ) -> str:
         """The target language of what follows (``tgt_lang=``, mapped to the model's code: see
-        :func:`nmt.tags.choose_target`): kept as the default of :meth:`encode`. A bilingual model takes
+        :func:`nmt.text.tags.choose_target`): kept as the default of :meth:`encode`. A bilingual model takes
         its own target language only."""
         lang = choose_target(self.directions, tgt_lang, src_lang, zero_shot)
         self.target_lang = lang if self.multilingual else None

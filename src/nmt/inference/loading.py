@@ -1,8 +1,8 @@
 """The models a decode runs, rebuilt from ``checkpoint=``: one checkpoint file, or several (an ensemble).
 
 The one place a checkpoint becomes something that translates: the Translator and the decoding worker
-processes (:class:`nmt.backends.ProcessesBackend`) both load through :func:`load_models`, so that each
-process decodes with the same models under the same settings.
+processes (:class:`nmt.inference.backends.ProcessesBackend`) both load through :func:`load_models`, so
+that each process decodes with the same models under the same settings.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from nmt.checkpoint import Task, check_same_task, load_checkpoint, model_from_ch
 from nmt.config import TrainConfig, checkpoint_paths
 from nmt.models import Seq2Seq
 from nmt.models.ensemble import Ensemble
-from nmt.tokenizer import Tokenizer
+from nmt.text.tokenizer import Tokenizer
 
 
 @dataclass

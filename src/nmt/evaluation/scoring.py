@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from nmt.config import ScoreConfig
 from nmt.devices import select_device
-from nmt.evaluation import evaluation_text
-from nmt.translator import ScoredTranslation, Translator, WordAlignment
+from nmt.evaluation.evaluate import evaluation_text
+from nmt.inference.translator import ScoredTranslation, Translator, WordAlignment
 
 
 @dataclass

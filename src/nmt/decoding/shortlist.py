@@ -16,7 +16,8 @@ tokenizer serves both directions, a shortlist only one), all checked when loaded
 built from (the checkpoint and the corpus), for people to read; :func:`write_vmap` writes the same shortlist
 as a CTranslate2 vocabulary map (``vmap.txt``, CTranslate2's ``use_vmap``), which
 ``scripts/export_ct2.py shortlist=FILE`` puts into the exported model. The builder, which reads the
-training corpus, is :mod:`nmt.shortlist_builder`: the search reads this table and knows no data pipeline.
+training corpus, is :mod:`nmt.tooling.shortlist_builder`: the search reads this table and knows no data
+pipeline.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ import torch
 
 from nmt.cache import atomic_write_text
 from nmt.errors import NMTError
-from nmt.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from nmt.tokenizer import Tokenizer
+from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.text.tokenizer import Tokenizer
 
 FORMAT = "nmt-shortlist"
 FORMAT_VERSION = 2  # 2: the direction and what it was built from are recorded

@@ -28,7 +28,7 @@ from nmt.cache import atomic_write_text
 from nmt.checkpoint import load_checkpoint
 from nmt.config import HIGHER_IS_BETTER
 from nmt.errors import NMTError
-from nmt.launching import launch_id
+from nmt.runs.launching import launch_id
 
 RESULT = "result.json"
 # Overrides that do not make a job another job: a relaunch adds or changes them and continues the same run.

@@ -30,11 +30,11 @@ from omegaconf.errors import InterpolationResolutionError
 
 from nmt.config import check_values, field_help, register_configs
 from nmt.errors import NMTError, hide_credentials
-from nmt.launching import check_sweep, check_torchrun, start_launch
+from nmt.runs.launching import check_sweep, check_torchrun, start_launch
 
 # The configs live beside src/ in the source tree (an editable install, as scripts/setup.sh makes, or
 # PYTHONPATH=src); a wheel installed without the source tree has no configs.
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from nmt.attention_maps import CrossAttention, cross_attention
+from nmt.analysis.cross_attention import CrossAttention, cross_attention
 from nmt.checkpoint import weights_digest
 from nmt.config import DecodingConfig, InferenceConfig, check_choice, choices_of
 from nmt.ct2.backend import CT2Backend
@@ -32,12 +32,12 @@ from nmt.decoding import (
     score_ids,
     translate_ids,
 )
+from nmt.decoding.shortlist import Shortlist, load_shortlist
 from nmt.devices import usable_cores
 from nmt.errors import NMTError
-from nmt.loading import LoadedModels, load_models
+from nmt.inference.loading import LoadedModels, load_models
 from nmt.models import Seq2Seq
-from nmt.shortlist import Shortlist, load_shortlist
-from nmt.tokenizer import Tokenizer
+from nmt.text.tokenizer import Tokenizer
 
 BACKENDS = choices_of(InferenceConfig, "backend")
 
@@ -162,7 +162,7 @@ def open_backend(
 
 def no_attention(backend: str) -> str:
     """The one line refusing attention weights, or the alignments read from them, to ``backend``: only
-    the torch backend's model exposes them (:attr:`nmt.translator.Translator.missing_attention`)."""
+    the torch backend's model exposes them (:attr:`nmt.inference.translator.Translator.missing_attention`)."""
     return f"the {backend} backend has no attention weights; use backend=torch"
 
 

@@ -28,7 +28,7 @@ from torch import Tensor
 from nmt.decoding import length_sorted_batches, pad_batch
 from nmt.errors import NMTError
 from nmt.models.base import Seq2Seq
-from nmt.special import BOS_ID, PAD_ID
+from nmt.text.special import BOS_ID, PAD_ID
 
 WORD_START = "\u2581"  # SentencePiece's meta symbol for a preceding space
 METHODS = ("mean", "sum", "piece")

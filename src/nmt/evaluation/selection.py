@@ -22,7 +22,7 @@ from nmt.checkpoint import (
 )
 from nmt.config import DecodingOverrides, EvalDataConfig, EvalFilesConfig, EvaluateConfig, SelectConfig
 from nmt.errors import NMTError
-from nmt.evaluation import mean_scores
+from nmt.evaluation.evaluate import mean_scores
 from nmt.outputs import check_output_file
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from nmt.average import average_checkpoints, last_checkpoints
 from nmt.checkpoint import atomic_save, step_checkpoints
 from nmt.config import (
     EvalDataConfig,
@@ -21,9 +20,10 @@ from nmt.config import (
     SelectConfig,
     TrainConfig,
 )
-from nmt.evaluation import evaluate_directions, format_directions, report_dir
+from nmt.evaluation.evaluate import evaluate_directions, format_directions, report_dir
+from nmt.evaluation.selection import choose_final
 from nmt.metrics import format_scores
-from nmt.selection import choose_final
+from nmt.tooling.average import average_checkpoints, last_checkpoints
 from nmt.training.loop import train
 
 log = logging.getLogger(__name__)

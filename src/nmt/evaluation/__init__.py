@@ -1,0 +1,1 @@
+"""Scores: a checkpoint evaluated, given translations scored, the final model chosen on valid."""

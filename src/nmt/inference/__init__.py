@@ -1,0 +1,1 @@
+"""Text in, text out: the Translator, its decoding backends, checkpoint= loading, streaming."""

@@ -1,0 +1,1 @@
+"""How a run starts: every script's config and --help, launchers and sweeps, the main job."""

@@ -1,0 +1,1 @@
+"""Text and subwords: SentencePiece, its worker processes, special ids, target-language tags."""

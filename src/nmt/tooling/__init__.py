@@ -1,0 +1,1 @@
+"""Tools over trained models: checkpoint averaging, distillation data, vocabulary shortlists."""
