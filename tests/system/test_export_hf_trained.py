@@ -12,11 +12,13 @@ import pytest
 import torch
 
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
-from nmt.config import ExportHFConfig
+from nmt.config import ExportHFConfig, HFCheckConfig
 from nmt.data import read_lines
 from nmt.decoding import translate_ids
 from nmt.decoding.common import length_budget
+from nmt.errors import NMTError
 from nmt.text.special import EOS_ID, PAD_ID
+from nmt.text.tags import tagged
 
 transformers = pytest.importorskip("transformers")
 
@@ -84,3 +86,35 @@ def test_each_exportable_variant_trained_and_exported(toy, toy_text, tmp_path, v
     checkpoint, output = run.checkpoints / "last.pt", tmp_path / "hf"
     export_checkpoint(ExportHFConfig(checkpoint=str(checkpoint), output=str(output)))
     assert_same_greedy_output(checkpoint, output, read_lines(toy_text / "test.src"))
+
+
+def test_a_multilingual_model_exported_translates_with_its_tags(toy, toy_text, tmp_path):
+    """A tagged model (three target lexicons of the toy task), post-norm with sinusoidal positions, goes
+    to stock MarianMTModel: MarianTokenizer reads ``>>fr<<`` as the one token ours has, and greedy output
+    into every target language is ours; references are refused, as one check covers every language."""
+    multi = ("data=toy_multi", "data.workers=1", "optim.lr=3e-3")
+    run = toy.train(tmp_path / "run", *toy.short, *SHORT, *VARIANTS["post-norm-sinusoidal"], *multi)
+    checkpoint, output = run.checkpoints / "last.pt", tmp_path / "hf"
+    sentences = read_lines(toy_text / "test.src")[:20]
+    with pytest.raises(NMTError, match=r"^check\.ref: a multilingual model is checked into each"):
+        export_checkpoint(
+            ExportHFConfig(checkpoint=str(checkpoint), output=str(output), check=_check(toy_text, True))
+        )
+    assert not output.exists()
+    parity = export_checkpoint(
+        ExportHFConfig(checkpoint=str(checkpoint), output=str(output), check=_check(toy_text, False))
+    )
+    assert parity.identical == len(parity.sentences) == 3 * len(read_lines(toy_text / "test.src"))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(output)
+    assert type(tokenizer).__name__ == "MarianTokenizer"
+    assert sorted(tokenizer.supported_language_codes) == [">>cs<<", ">>de<<", ">>fr<<"]
+    assert type(transformers.AutoModelForSeq2SeqLM.from_pretrained(output)).__name__ == "MarianMTModel"
+    for lang in ("de", "fr", "cs"):
+        assert_same_greedy_output(checkpoint, output, tagged(lang, sentences))
+    card = (output / "README.md").read_text()
+    assert "# src->de, src->fr, src->cs translation" in card and "`>>fr<<`" in card
+
+
+def _check(toy_text: Path, refs: bool) -> HFCheckConfig:
+    src = str(toy_text / "test.src")
+    return HFCheckConfig(src=src, ref=str(toy_text / "test.tgt") if refs else None)

@@ -208,7 +208,44 @@ def test_the_ctranslate2_export_translates_with_the_tag(toy, multi_run, multi_tr
         assert ct2.translations(sentences, ct2.decoding_with(DecodingOverrides(beam_size=1))).texts == ours
 
 
-def test_the_transformers_export_of_a_multilingual_model_is_refused_in_one_line(toy, multi_run, tmp_path):
-    proc = toy.script("export_hf.py", f"checkpoint={multi_run[2]}", f"output={tmp_path / 'hf'}", cwd=tmp_path)
-    assert proc.returncode == 1 and not (tmp_path / "hf").exists()
-    assert "is multilingual (target-language tags): its transformers export is not supported" in proc.stderr
+def test_the_page_translates_into_the_language_chosen_on_its_selector(multi_run, multi_translator, tmp_path):
+    """The page of a multilingual model shows a target-language selector listing its languages;
+    choosing another translates the sentence again, into that language, as the translator does."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("selenium.webdriver")
+    from live_service import NO_BROWSER, chromium, headless_chromium, serve_in_thread
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from nmt.config import ServerLimits
+    from nmt.serve import create_app
+
+    if chromium() is None:
+        pytest.skip(NO_BROWSER)
+    cfg = multi_run[0]
+    sources, _ = prepare_corpus(cfg.data, cfg.tokenizer, progress=False).raw("valid")
+    sentence = sources[0].split(" ", 1)[1]
+    defaults = multi_translator.decoding_with(DecodingOverrides())
+    expected = {}
+    for lang in LANGS:
+        multi_translator.choose_target(lang)
+        expected[lang] = multi_translator.translations([sentence], defaults).texts[0]
+    multi_translator.target_lang = None  # as served: each request names its language
+    assert len(set(expected.values())) == len(LANGS)
+    app = create_app(multi_translator, ServerLimits(), defaults)
+    with serve_in_thread(app) as url, headless_chromium(tmp_path / "profile", "1100,700") as driver:
+        wait = WebDriverWait(driver, 60)
+        driver.get(f"{url}/")
+        wait.until(lambda d: "parameters" in d.find_element(By.ID, "model").text)
+        choice = Select(driver.find_element(By.ID, "target-lang"))
+        assert driver.find_element(By.ID, "target-choice").is_displayed()
+        assert [o.text for o in choice.options] == list(LANGS)
+        driver.find_element(By.ID, "source").send_keys(sentence)
+        driver.find_element(By.ID, "submit").click()
+        wait.until(lambda d: d.find_element(By.ID, "translation").text == expected[LANGS[0]])
+        choice.select_by_value("fr")
+        wait.until(lambda d: d.find_element(By.ID, "translation").text == expected["fr"])
+        model_line = driver.find_element(By.ID, "model").text
+        driver.save_screenshot(str(tmp_path / "page.png"))
+    assert model_line.startswith("src-de, src-fr, src-cs: ")
+    assert (tmp_path / "page.png").stat().st_size > 10_000

@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,7 +30,7 @@ from nmt.tooling.shortlist_builder import build_shortlist
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
-from live_service import serve_in_thread  # noqa: E402
+from live_service import NO_BROWSER, chromium, headless_chromium, serve_in_thread  # noqa: E402
 
 from nmt.inference.translator import Translator  # noqa: E402
 from nmt.serve import create_app  # noqa: E402
@@ -576,54 +575,23 @@ def test_settings_the_ct2_backend_cannot_decode_are_refused_at_start_and_per_req
 
 
 # ------------------------------------------------------------------------------ the page in a browser
-def chromium() -> tuple[str, str] | None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
-
-
-@pytest.mark.skipif(
-    chromium() is None,
-    reason="no chromium and chromedriver (Debian: apt-get install chromium chromium-driver)",
-)
+@pytest.mark.skipif(chromium() is None, reason=NO_BROWSER)
 def test_the_page_translates_and_draws_the_attention_in_a_browser(translator, sentences, defaults, tmp_path):
-    webdriver = pytest.importorskip("selenium.webdriver")
+    pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser, driver_path = chromium()
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--window-size=1100,1000",
-    ):
-        options.add_argument(flag)
     app = create_app(translator, LIMITS, defaults)
-    with serve_in_thread(app) as url:
-        driver = webdriver.Chrome(
-            service=webdriver.ChromeService(executable_path=driver_path), options=options
-        )
-        try:
-            driver.get(f"{url}/")
-            WebDriverWait(driver, 30).until(lambda d: "parameters" in d.find_element(By.ID, "model").text)
-            driver.find_element(By.ID, "source").send_keys(sentences[0])
-            driver.find_element(By.ID, "submit").click()
-            WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "translation").text.strip())
-            translation = driver.find_element(By.ID, "translation").text
-            rows = driver.find_elements(By.CSS_SELECTOR, "#heatmap tbody tr")
-            nbest = driver.find_elements(By.CSS_SELECTOR, "#nbest li")
-            driver.save_screenshot(str(tmp_path / "page.png"))
-        finally:
-            driver.quit()
+    with serve_in_thread(app) as url, headless_chromium(tmp_path / "profile") as driver:
+        driver.get(f"{url}/")
+        WebDriverWait(driver, 30).until(lambda d: "parameters" in d.find_element(By.ID, "model").text)
+        driver.find_element(By.ID, "source").send_keys(sentences[0])
+        driver.find_element(By.ID, "submit").click()
+        WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "translation").text.strip())
+        translation = driver.find_element(By.ID, "translation").text
+        rows = driver.find_elements(By.CSS_SELECTOR, "#heatmap tbody tr")
+        nbest = driver.find_elements(By.CSS_SELECTOR, "#nbest li")
+        driver.save_screenshot(str(tmp_path / "page.png"))
     expected = translator.translate([sentences[0]], translator.cfg.decoding)[0]
     assert translation == expected
     target_tokens = len(translator.tokenizer.encode_tgt([expected])[0]) + 1  # + </s>

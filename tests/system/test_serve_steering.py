@@ -4,8 +4,6 @@ highlights its partners, an edited translation gets its score."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
@@ -14,7 +12,7 @@ from nmt.data import prepare_text, read_lines
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
-from live_service import serve_in_thread  # noqa: E402
+from live_service import NO_BROWSER, chromium, headless_chromium, serve_in_thread  # noqa: E402
 
 from nmt.inference.translator import Translator  # noqa: E402
 from nmt.serve import create_app  # noqa: E402
@@ -102,76 +100,48 @@ def test_score_refuses_a_body_that_is_not_json(client):
 
 
 # ------------------------------------------------------------------------------ the page in a browser
-def chromium() -> tuple[str, str] | None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
-
-
-@pytest.mark.skipif(
-    chromium() is None,
-    reason="no chromium and chromedriver (Debian: apt-get install chromium chromium-driver)",
-)
+@pytest.mark.skipif(chromium() is None, reason=NO_BROWSER)
 def test_the_page_continues_a_prefix_links_words_and_rescores(translator, pairs, tmp_path):
-    webdriver = pytest.importorskip("selenium.webdriver")
+    pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     sources, refs = pairs
     decoding = translator.decoding_with(DecodingOverrides())
-    browser, driver_path = chromium()
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--window-size=1100,1000",
-    ):
-        options.add_argument(flag)
     app = create_app(translator, LIMITS, decoding)
-    with serve_in_thread(app) as url:
-        driver = webdriver.Chrome(
-            service=webdriver.ChromeService(executable_path=driver_path), options=options
-        )
+    with serve_in_thread(app) as url, headless_chromium(tmp_path / "profile") as driver:
         wait = WebDriverWait(driver, 60)
-        try:
-            driver.get(f"{url}/")
-            wait.until(lambda d: "parameters" in d.find_element(By.ID, "model").text)
-            driver.find_element(By.ID, "source").send_keys(sources[0])
-            driver.find_element(By.ID, "submit").click()
-            wait.until(lambda d: d.find_element(By.ID, "translation").text.strip())
-            free = driver.find_element(By.ID, "translation").text
+        driver.get(f"{url}/")
+        wait.until(lambda d: "parameters" in d.find_element(By.ID, "model").text)
+        driver.find_element(By.ID, "source").send_keys(sources[0])
+        driver.find_element(By.ID, "submit").click()
+        wait.until(lambda d: d.find_element(By.ID, "translation").text.strip())
+        free = driver.find_element(By.ID, "translation").text
 
-            # the word alignment: one link per target word; hovering a word highlights its partners
-            targets = driver.find_elements(By.CSS_SELECTOR, "#target-words .word")
-            lines = driver.find_elements(By.CSS_SELECTOR, "#links line")
-            assert [w.text for w in targets] == free.split() and len(lines) == len(targets)
-            ActionChains(driver).move_to_element(targets[0]).perform()
-            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#source-words .word.partner"))
-            partners = [w.text for w in driver.find_elements(By.CSS_SELECTOR, "#source-words .word.partner")]
-            active = driver.find_elements(By.CSS_SELECTOR, "#links line.active")
-            assert len(partners) == len(active) == 1 and "active" in targets[0].get_attribute("class")
+        # the word alignment: one link per target word; hovering a word highlights its partners
+        targets = driver.find_elements(By.CSS_SELECTOR, "#target-words .word")
+        lines = driver.find_elements(By.CSS_SELECTOR, "#links line")
+        assert [w.text for w in targets] == free.split() and len(lines) == len(targets)
+        ActionChains(driver).move_to_element(targets[0]).perform()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#source-words .word.partner"))
+        partners = [w.text for w in driver.find_elements(By.CSS_SELECTOR, "#source-words .word.partner")]
+        active = driver.find_elements(By.CSS_SELECTOR, "#links line.active")
+        assert len(partners) == len(active) == 1 and "active" in targets[0].get_attribute("class")
 
-            # the prefix box: the translation continues what is typed (debounced)
-            prefix = refs[1].split()[0]
-            driver.find_element(By.ID, "prefix").send_keys(prefix)
-            wait.until(lambda d: d.find_element(By.ID, "translation").text.startswith(prefix + " "))
-            continued = driver.find_element(By.ID, "translation").text
+        # the prefix box: the translation continues what is typed (debounced)
+        prefix = refs[1].split()[0]
+        driver.find_element(By.ID, "prefix").send_keys(prefix)
+        wait.until(lambda d: d.find_element(By.ID, "translation").text.startswith(prefix + " "))
+        continued = driver.find_element(By.ID, "translation").text
 
-            # the edited translation gets its score
-            edited = driver.find_element(By.ID, "edited")
-            edited.clear()
-            edited.send_keys(refs[0])
-            wait.until(lambda d: "subwords" in d.find_element(By.ID, "edited-score").text)
-            shown = driver.find_element(By.ID, "edited-score").text
-            driver.save_screenshot(str(tmp_path / "page.png"))
-        finally:
-            driver.quit()
+        # the edited translation gets its score
+        edited = driver.find_element(By.ID, "edited")
+        edited.clear()
+        edited.send_keys(refs[0])
+        wait.until(lambda d: "subwords" in d.find_element(By.ID, "edited-score").text)
+        shown = driver.find_element(By.ID, "edited-score").text
+        driver.save_screenshot(str(tmp_path / "page.png"))
     aligned = translator.align(
         translator.encode(sources[:1]),
         [translator.translations(sources[:1], decoding).nbest[0][0].tokens],

@@ -18,12 +18,21 @@ from typing import Any
 from huggingface_hub import ModelCardData
 from omegaconf import OmegaConf
 
-from nmt.config import DataConfig, TokenizerConfig, TrainConfig
+from nmt.config import (
+    DataConfig,
+    MultiDataConfig,
+    TokenizerConfig,
+    TrainConfig,
+    corpus_configs,
+    directions_of,
+)
 from nmt.hf.parity import Parity
+from nmt.text.tags import tag
 
 DATA_TERMS = {
     "multi30k": (
-        "Multi30k task 1 (Elliott et al., 2016): English-German image captions, 29,000 training pairs "
+        "Multi30k (Elliott et al., 2016; French and Czech from WMT 2017 and 2018): English image captions, "
+        "their German, French and Czech translations, 29,000 training pairs a language "
         "(github.com/multi30k/dataset). Terms: non-commercial research and education, per its repository."
     ),
     "hf": (
@@ -53,8 +62,27 @@ class CardFacts:
 
 
 def data_description(data: DataConfig) -> str:
+    """What the model was trained on and its terms; a multilingual model's corpora, one line each."""
+    if isinstance(data, MultiDataConfig):
+        return "\n".join(f"- {c.src_lang}->{c.tgt_lang}: {data_description(c)}" for c in corpus_configs(data))
     template = DATA_TERMS.get(data.source, "{name}.")
     return template.format(**vars(data))
+
+
+def directions_text(data: DataConfig) -> tuple[str, str]:
+    """The card's title words (``en->de``, or every direction) and, for several, a paragraph on how to
+    pick the target language."""
+    directions = directions_of(data)
+    pair = ", ".join(f"{s}->{t}" for s, t in directions)
+    if not isinstance(data, MultiDataConfig):
+        return pair, ""
+    targets = list(dict.fromkeys(t for _, t in directions))
+    how = (
+        "\n\nOne model for several directions: a source sentence starts with the tag of its target language "
+        f"({', '.join(f'`{tag(t)}`' for t in targets)}; Johnson et al., 2017, as OPUS-MT writes them), "
+        "which `MarianTokenizer` reads as one token (`tokenizer.supported_language_codes`)."
+    )
+    return pair, how
 
 
 def training_command(checkpoint: Path) -> str | None:
@@ -76,11 +104,11 @@ def _without_paths(override: str) -> str:
     return override
 
 
-def card_metadata(src: str, tgt: str) -> str:
+def card_metadata(languages: list[str]) -> str:
     """The card's YAML header, written by the Hub's own writer: a language such as ``no`` (Norwegian),
     which YAML would read as false, or one holding ``: ``, ``#`` or a newline, is quoted."""
     data = ModelCardData(
-        language=[src, tgt],
+        language=languages,
         library_name="transformers",
         pipeline_tag="translation",
         tags=["translation", "nmt"],
@@ -93,10 +121,12 @@ def model_card(cfg: TrainConfig, facts: CardFacts, folder_name: str) -> str:
     data, model = cfg.data, cfg.model
     example = facts.parity.sentences[0] if facts.parity.sentences else "..."
     template = resources.files("nmt.hf").joinpath("templates/model_card.md").read_text(encoding="utf-8")
+    pair, how = directions_text(data)
+    languages = list(dict.fromkeys(lang for d in directions_of(data) for lang in d))
     return Template(template).substitute(
-        metadata=card_metadata(data.src_lang, data.tgt_lang),
-        src=data.src_lang,
-        tgt=data.tgt_lang,
+        metadata=card_metadata(languages),
+        pair=pair,
+        directions=how,
         class_name=facts.class_name,
         folder_name=folder_name,
         example=repr(example),

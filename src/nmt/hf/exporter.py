@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nmt.checkpoint import checkpoint_config, load_checkpoint, model_from_checkpoint, weights_digest
-from nmt.config import ExportHFConfig, HFCheckConfig, TrainConfig
+from nmt.config import ExportHFConfig, HFCheckConfig, TrainConfig, directions_of
 from nmt.data import read_lines
 from nmt.errors import NMTError
 from nmt.hf.card import CardFacts, model_card
@@ -31,6 +31,7 @@ from nmt.hf.parity import Parity, check_parity, require_transformers
 from nmt.hf.tokenizer_files import write_tokenizer
 from nmt.models import Transformer, count_parameters
 from nmt.outputs import check_output_dir, replace_output_dir
+from nmt.text.tags import tagged, target_languages
 from nmt.text.tokenizer import Tokenizer
 
 RECORD = "nmt_hf_export.json"  # the record of an export: force=true replaces only a folder holding it
@@ -60,8 +61,7 @@ def export_model(
     meta = meta or {}
     with replace_output_dir(output, RECORD, force, WRITER) as tmp:
         _save_model(transformers, model, class_name, train_cfg, tmp)
-        direction = (train_cfg.data.src_lang, train_cfg.data.tgt_lang)
-        write_tokenizer(tokenizer, tmp, direction, model.cfg.max_positions)
+        write_tokenizer(tokenizer, tmp, languages(train_cfg), model.cfg.max_positions)
         parity = check_parity(
             model, tokenizer, tmp, train_cfg.decoding, sentences, refs, check.batch_sentences
         )
@@ -81,6 +81,29 @@ def export_model(
         (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
         _readable(tmp)
     return parity
+
+
+def languages(train_cfg: TrainConfig) -> tuple[str, str]:
+    """The tokenizer config's source and target language: the pair's, or "mul" for a side with several
+    (the ISO 639 code for many languages, which the Hub reads)."""
+    directions = directions_of(train_cfg.data)
+    sides = [list(dict.fromkeys(side)) for side in zip(*directions)]
+    src, tgt = (side[0] if len(side) == 1 else "mul" for side in sides)
+    return src, tgt
+
+
+def tagged_check(train_cfg: TrainConfig, sentences: list[str], refs: list[str] | None) -> list[str]:
+    """The check's sentences as the model reads them: a multilingual model's, each into every target
+    language it has, with the tag (``>>fr<< A man ...``) that MarianTokenizer reads too."""
+    if train_cfg.data.source != "multi":
+        return sentences
+    if refs is not None:
+        raise NMTError(
+            "check.ref: a multilingual model is checked into each of its target languages, with no "
+            "references to score; leave check.ref out (scripts/evaluate.py scores every direction)"
+        )
+    targets = target_languages(directions_of(train_cfg.data))
+    return [line for lang in targets for line in tagged(lang, sentences)]
 
 
 def _refuse_mismatch(parity: Parity, check: HFCheckConfig, version: str) -> None:
@@ -189,13 +212,7 @@ def export_checkpoint(cfg: ExportHFConfig, test_report: dict[str, Any] | None = 
     train_cfg = checkpoint_config(ckpt)
     joint = Tokenizer.from_state_dict(ckpt["tokenizer"]).joint
     hf_class(train_cfg.model, joint)
-    if (
-        train_cfg.data.source == "multi"
-    ):  # our tagged input starts with "▁" then the tag; Marian's with the tag
-        raise NMTError(
-            f"{cfg.checkpoint} is multilingual (target-language tags): its transformers export is not "
-            "supported yet; the CTranslate2 export (scripts/export_ct2.py) translates with tgt_lang="
-        )
+    sentences = tagged_check(train_cfg, sentences, refs)
     check_output_dir(Path(cfg.output), RECORD, cfg.force, WRITER)
     model, tokenizer, train_cfg = model_from_checkpoint(ckpt, "cpu")
     meta = {"checkpoint": str(Path(cfg.checkpoint).resolve()), "step": ckpt.get("progress", {}).get("step")}

@@ -33,6 +33,7 @@ from nmt.errors import NMTError
 from nmt.metrics import CorpusScore, corpus_scores
 from nmt.models.transformer import Transformer
 from nmt.text.special import BOS_ID, EOS_ID, PAD_ID
+from nmt.text.tags import untagged
 from nmt.text.tokenizer import Tokenizer
 
 
@@ -165,7 +166,7 @@ def special_texts(tokenizer: Tokenizer, sentences: list[str]) -> list[str]:
     """Sentences holding the special pieces' names as text (``</s>``, ``<unk>``, ...), alone, between
     words and inside one: a user's text may hold them, and they must be read as text, as ours reads it."""
     names = tokenizer.src_pieces(list(range(min(4, tokenizer.src_vocab_size))))
-    word = next((w for s in sentences for w in s.split()), "a")
+    word = next((w for s in sentences for w in untagged(s).split()), "a")
     return [text for name in names for text in (name, f"{word} {name} {word}", f"{word}{name}{word}")]
 
 

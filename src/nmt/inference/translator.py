@@ -46,7 +46,7 @@ from nmt.inference.backends import Backend, TorchBackend, check_backend, no_atte
 from nmt.inference.loading import load_models
 from nmt.models import Seq2Seq, count_parameters
 from nmt.models.ensemble import Ensemble
-from nmt.text.tags import choose_target, refuse_tags, tagged
+from nmt.text.tags import choose_target, refuse_tags, tagged, target_languages
 from nmt.text.tokenizer import Tokenizer
 
 __all__ = [  # what callers get
@@ -151,6 +151,8 @@ class Translator:
             "languages": {"src": self.cfg.data.src_lang, "tgt": self.cfg.data.tgt_lang},
             "directions": [f"{s}-{t}" for s, t in self.directions],
             "multilingual": self.multilingual,
+            "target_languages": target_languages(self.directions),
+            "target_lang": self.target_lang,  # the one an input without target_lang goes into, if any
             "backend": self.backend.name,
             "step": self.step,
         }

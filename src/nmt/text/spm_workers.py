@@ -9,6 +9,7 @@ array of ids and one of lengths: never as Python lists, which cost ~36 bytes an 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import resource
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 # Set in each worker by init_encoder: the SentencePiece processors by language.
 _PROCESSORS: dict[str, spm.SentencePieceProcessor] = {}
@@ -52,14 +54,40 @@ def encode_lines(
     sp: spm.SentencePieceProcessor, lines: list[str], alpha: float = 0.0, seed: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     if seed is None:
-        ids = sp.encode(lines, out_type=int, num_threads=1)
+        ids = encode_best(sp, lines)
     else:
         spm.set_random_generator_seed(seed)
         ids = sp.encode(lines, out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+        ids = tags_first(sp, ids)
     lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
     dtype = ids_dtype(sp.get_piece_size())
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
     return flat, lengths
+
+
+def encode_best(sp: spm.SentencePieceProcessor, lines: list[str], threads: int = 1) -> list[list[int]]:
+    """The best segmentation of each line, a leading tag first (:func:`tags_first`)."""
+    return tags_first(sp, sp.encode(list(lines), out_type=int, num_threads=threads))
+
+
+def tags_first(sp: spm.SentencePieceProcessor, ids: list[list[int]]) -> list[list[int]]:
+    """SentencePiece writes its word-start mark as a piece of its own before a user-defined piece that
+    opens a line (``>>de<< A`` -> ``▁ >>de<< ▁A``); Marian's tokenizer, and so a ``transformers`` export,
+    starts such a line with the tag (``>>de<< ▁A``). The mark is dropped there, so both read one sequence."""
+    tags = user_defined_ids(sp)
+    if not tags:
+        return ids
+    mark = sp.piece_to_id("\u2581")
+    return [seq[1:] if len(seq) > 1 and seq[0] == mark and seq[1] in tags else seq for seq in ids]
+
+
+@functools.lru_cache(maxsize=16)
+def user_defined_ids(sp: spm.SentencePieceProcessor) -> frozenset[int]:
+    """The ids of the model's user-defined pieces: a multilingual model's target-language tags."""
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(sp.serialized_model_proto())
+    kind = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+    return frozenset(i for i, piece in enumerate(proto.pieces) if piece.type == kind)
 
 
 def text_lines(paths: list[Path]) -> Iterator[str]:

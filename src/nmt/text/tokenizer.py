@@ -23,7 +23,7 @@ from nmt.config import TokenizerConfig
 from nmt.devices import usable_cores
 from nmt.errors import NMTError
 from nmt.text.special import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from nmt.text.spm_workers import run_and_send, train_sentencepiece
+from nmt.text.spm_workers import encode_best, run_and_send, train_sentencepiece, user_defined_ids
 
 SAMPLING_KEYS = ("sampling_alpha", "sampled_copies")  # how the training split is re-segmented, not the model
 
@@ -51,6 +51,8 @@ class Tokenizer:
         data's files touched) is the same tokenizer, for ensembles, shortlists and exports alike."""
         h = hashlib.sha1(_encoding_spec(self._protos[0]))
         h.update(_encoding_spec(self._protos[1]) if self._protos[1] else b"joint")
+        if user_defined_ids(self._src):  # tags: a leading one is encoded first (spm_workers.tags_first)
+            h.update(b"tags-first")
         return h.hexdigest()[:12]
 
     @property
@@ -116,7 +118,7 @@ class Tokenizer:
 
 
 def _encode(sp: spm.SentencePieceProcessor, texts: list[str]) -> list[list[int]]:
-    return sp.encode(list(texts), out_type=int, num_threads=_threads())
+    return encode_best(sp, texts, _threads())
 
 
 def _strip_specials(ids: list[int]) -> list[int]:
