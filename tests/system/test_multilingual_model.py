@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -249,3 +250,34 @@ def test_the_page_translates_into_the_language_chosen_on_its_selector(multi_run,
         driver.save_screenshot(str(tmp_path / "page.png"))
     assert model_line.startswith("src-de, src-fr, src-cs: ")
     assert (tmp_path / "page.png").stat().st_size > 10_000
+
+
+def test_evaluate_through_a_pivot_is_two_searches_of_the_same_model(multi_run, multi_translator, tmp_path):
+    """pivot= translates into the pivot, then that into the target, with one model; a leg never trained
+    is refused in one line unless zero_shot=true, and the report names the route."""
+    from nmt.config import EvalFilesConfig, EvaluateConfig
+    from nmt.evaluation.evaluate import evaluate_checkpoint
+
+    cfg = multi_run[0]
+    sources, _ = prepare_corpus(cfg.data, cfg.tokenizer, progress=False).raw("valid")
+    lines = [line.split(" ", 1)[1] for line in sources[:12]]
+    for suffix in (".src", ".ref"):
+        (tmp_path / f"in{suffix}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    files = EvalFilesConfig(src=str(tmp_path / "in.src"), ref=str(tmp_path / "in.ref"))
+
+    def evaluate(**settings) -> Any:
+        run = EvaluateConfig(checkpoint=str(multi_run[2]), eval=files, device="cpu", **settings)
+        return evaluate_checkpoint(run, tmp_path / "eval")
+
+    with pytest.raises(NMTError, match=r"^tgt_lang=fr: de->fr was never trained"):
+        evaluate(pivot="de", src_lang="src", tgt_lang="fr")
+    with pytest.raises(NMTError, match=r"^pivot=de: name the direction it stands between"):
+        evaluate(pivot="de", tgt_lang="fr")
+    report = evaluate(pivot="DE", src_lang="src", tgt_lang="fr", zero_shot=True)
+    assert report.pivot == "src->de->fr" and ".pivot-de." in report.hypotheses
+    defaults = multi_translator.decoding_with(DecodingOverrides())
+    multi_translator.choose_target("de")
+    middle = multi_translator.translations(lines, defaults).texts
+    multi_translator.choose_target("fr", "de", zero_shot=True)
+    expected = multi_translator.translations(middle, defaults).texts
+    assert Path(report.hypotheses).read_text(encoding="utf-8").splitlines() == expected

@@ -151,6 +151,13 @@ class EvaluateConfig(DecodeScriptConfig):
     alignments: bool = knob(
         False, help="also write each hypothesis' word alignment (Pharaoh i-j) to a .align file"
     )
+    pivot: str | None = knob(
+        None,
+        help=(
+            "a multilingual model: translate src_lang -> pivot, then pivot -> tgt_lang (two searches, "
+            "both directions trained), e.g. to compare with zero_shot=true"
+        ),
+    )
 
 
 @dataclass

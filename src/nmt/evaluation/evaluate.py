@@ -57,6 +57,7 @@ class EvalReport:
     ct2_model: str | None = None  # the CTranslate2 model directory that decoded (backend=ct2)
     nbest: str | None = None  # the n-best lists (decoding.nbest > 1): ``id ||| text ||| score`` lines
     corpus: str | None = None  # the data a split came from (its hub dataset and commit); None for eval.src
+    pivot: str | None = None  # translated through a pivot language (pivot=): "de->en->fr"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -75,15 +76,23 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
     check_eval_out(cfg)
     device = select_device(cfg.device)
     translator = evaluation_translator(cfg, device)
-    direction = translator.direction(cfg.tgt_lang, cfg.src_lang, cfg.zero_shot)
+    route = pivot_route(translator, cfg) if cfg.pivot else None
+    if route:
+        direction, cfg = (route[0], route[2]), dataclasses.replace(cfg, pivot=route[1])  # its own code
+    else:
+        direction = translator.direction(cfg.tgt_lang, cfg.src_lang, cfg.zero_shot)
     decoding = translator.decoding_with(cfg.decoding)
     sources, refs, test_name = evaluation_text(
         cfg, translator.cfg, direction if translator.multilingual else None
     )
     prefixes = read_prefixes(cfg, len(sources))
     started = time.perf_counter()
-    done = translator.translations(sources, decoding, progress=True, prefixes=prefixes)
-    ids, hyps, hyp_text = done.sources, done.nbest, done.texts
+    if route:
+        ids, done = pivot_translations(translator, sources, decoding, route, prefixes)
+    else:
+        done = translator.translations(sources, decoding, progress=True, prefixes=prefixes)
+        ids = done.sources
+    hyps, hyp_text = done.nbest, done.texts
     elapsed = time.perf_counter() - started
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
 
@@ -113,6 +122,7 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
         prefixes=str(Path(cfg.prefix_file).resolve()) if cfg.prefix_file else None,
         ct2_model=str(Path(cfg.ct2_model).resolve()) if cfg.backend == "ct2" and cfg.ct2_model else None,
         nbest=str(hyp_path.with_suffix(".nbest")) if decoding.nbest > 1 else None,
+        pivot="->".join(route) if route else None,
     )
     Path(report.report).write_text(json.dumps(report.as_dict(), indent=2) + "\n")
     if cfg.eval.tb_dir:
@@ -120,6 +130,37 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
             Path(cfg.eval.tb_dir), test_name, scores, report.step or 0, report.by_length
         )
     return report
+
+
+def pivot_route(translator: Translator, cfg: EvaluateConfig) -> tuple[str, str, str]:
+    """(source, pivot, target) of ``pivot=``: the direction named in full, both legs trained (else
+    ``zero_shot``), the codes as the model has them; each refusal one line."""
+    if not translator.multilingual:
+        raise NMTError(f"pivot={cfg.pivot}: the model is bilingual (one direction): nothing to pivot through")
+    if not (cfg.src_lang and cfg.tgt_lang):
+        raise NMTError(f"pivot={cfg.pivot}: name the direction it stands between, src_lang= and tgt_lang=")
+    pivot = translator.choose_target(cfg.pivot, cfg.src_lang, cfg.zero_shot)
+    target = translator.choose_target(cfg.tgt_lang, pivot, cfg.zero_shot)
+    if pivot in (cfg.src_lang, target):
+        raise NMTError(f"pivot={cfg.pivot}: the pivot must differ from src_lang and tgt_lang")
+    return cfg.src_lang, pivot, target
+
+
+def pivot_translations(
+    translator: Translator,
+    sources: list[str],
+    decoding: DecodingConfig,
+    route: tuple[str, str, str],
+    prefixes: list[str] | None,
+) -> tuple[list[list[int]], Translations]:
+    """``sources`` translated into the pivot, and that into the target: two searches with the same
+    settings (``route`` checked by :func:`pivot_route`). The ids are the sources' (the first search's
+    input), the translations the second's."""
+    source, pivot, target = route
+    translator.choose_target(pivot, source, zero_shot=True)
+    first = translator.translations(sources, decoding, progress=True)
+    translator.choose_target(target, pivot, zero_shot=True)
+    return first.sources, translator.translations(first.texts, decoding, progress=True, prefixes=prefixes)
 
 
 def evaluation_translator(cfg: EvaluateConfig, device: torch.device) -> Translator:
@@ -190,6 +231,7 @@ def output_stem(
     - the shortlist's file name (``.shortlist.k10.n100``);
     - ``.prefix-<hash>``: the target prefixes (``prefix_file``), by content;
     - the backend besides torch, after its model directory (``.ct2``, ``.ct2-int8``);
+    - ``.pivot-en``: translated through a pivot language (``pivot=``);
     - for ``eval.src``/``eval.ref``, the test name is the source file's stem and a hash of both files'
       text (``newstest-1a2b3c4d``), so that it never takes a data split's name.
 
@@ -211,7 +253,8 @@ def output_stem(
     if cfg.eval.src:
         sources, refs = text
         test_name = f"{test_name}-{short_hash(json.dumps([sources, refs]).encode())}"
-    settings = f"{changed}{listed}{prefixes}{backend}"
+    pivot = f".pivot-{cfg.pivot}" if cfg.pivot else ""
+    settings = f"{changed}{listed}{prefixes}{backend}{pivot}"
     if len(settings) > 120:  # a file name has at most 255 bytes
         settings = f".settings-{short_hash(settings.encode())}"
     return f"{Path(paths[0]).stem}{ensemble_tag(paths)}.{test_name}.beam{decoding.beam_size}{settings}"

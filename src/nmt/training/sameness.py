@@ -2,10 +2,9 @@
 OUT [--data-dir DIR] [OVERRIDE ...]`` trains the main job's preset on the checkouts BASE and HEAD (their
 ``src/`` and ``scripts/``; ``git worktree add BASE COMMIT`` makes one) and prints what differs.
 
- Train the same short run on two checkouts
-(say, a commit before a refactor and the working tree after it) and compare every update's loss, every
-weight, the optimizer's state (Adam's ``exp_avg``, ``exp_avg_sq``, ``step``), the sampler's position, the
-random states and the progress record, bit for bit.
+It trains the same short run on two checkouts (say, a commit before a refactor and the working tree after
+it) and compares every update's loss, every weight, the optimizer's state (Adam's ``exp_avg``,
+``exp_avg_sq``, ``step``), the sampler's position, the random states and the progress record, bit for bit.
 
 Each checkout trains in a child process on its own ``src/`` (``PYTHONPATH``) and its own
 ``scripts/train.py``, pinned to one core with one thread: this module is run as that child's script, so it
