@@ -78,6 +78,8 @@ def test_toy_experiment_selects_toy_data_and_a_small_vocabulary(compose_cfg):
         ("model.heads=0", "model.heads=0: must be > 0"),
         ("optim.betas=[0.9]", "optim.betas=[0.9]: must be two numbers in [0, 1)"),
         ("optim.eps=-1", "optim.eps=-1.0: must be >= 0"),
+        ("optim.rdrop_alpha=-1", "optim.rdrop_alpha=-1.0: must be >= 0"),
+        ("optim.rdrop_alpha=1 model.dropout=0", "optim.rdrop_alpha=1 compares two dropout passes, but"),
         ("model.kv_heads=3", "model.heads=4 must be a multiple of model.kv_heads=3"),
         ("model.d_model=98", "model.d_model=98 is not divisible by model.heads=4"),
         ("model.positional=rotary", "model.positional=rotary: must be one of sinusoidal, learned, rope"),

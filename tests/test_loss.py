@@ -64,3 +64,42 @@ def test_gradient_of_loss_and_nll_together_matches_autograd(logits_and_target, e
     bf16 = logits.bfloat16().requires_grad_()
     label_smoothed_nll(bf16, target, eps)[0].backward()
     assert bf16.grad.dtype == torch.bfloat16
+
+
+class TwoPasses(torch.nn.Module):
+    """A stand-in model whose output differs between the two copies of a doubled batch (as two dropout
+    masks make it differ): logits from a table, plus a shift on the rows of the second half."""
+
+    def __init__(self, vocab: int = 11):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(vocab, vocab, generator=torch.Generator().manual_seed(1)))
+
+    def forward(self, src, tgt_in, target_mask):
+        logits = self.table[tgt_in]  # (batch, len, vocab)
+        if src.size(0) % 2 == 0:
+            half = src.size(0) // 2
+            logits = torch.cat([logits[:half], logits[half:] + torch.linspace(0, 2, logits.size(-1))])
+        return logits[target_mask]
+
+
+def test_rdrop_is_the_mean_loss_plus_alpha_times_the_symmetric_kl_of_the_two_passes():
+    from nmt.data import Batch
+    from nmt.training.loss import batch_loss
+
+    tgt_in = torch.tensor([[2, 5, 6, 7], [2, 8, 9, 0]])
+    tgt_out = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    batch = Batch(torch.tensor([[4, 3], [5, 3]]), tgt_in, tgt_out, 4, 7)
+    model, mask = TwoPasses(), tgt_out.ne(0)
+    loss, nll = batch_loss(model, batch, 0.1, rdrop_alpha=0.7)
+
+    logits = model(torch.cat([batch.src] * 2), torch.cat([tgt_in] * 2), torch.cat([mask] * 2))
+    first, second = logits.chunk(2)
+    target = tgt_out[mask]
+    smoothed = [
+        F.cross_entropy(part, target, label_smoothing=0.1, reduction="sum") for part in (first, second)
+    ]
+    p, q = F.log_softmax(first, -1), F.log_softmax(second, -1)
+    kl = F.kl_div(q, p, log_target=True, reduction="sum") + F.kl_div(p, q, log_target=True, reduction="sum")
+    assert torch.allclose(loss, (smoothed[0] + smoothed[1]) / 2 + 0.7 * kl / 2, atol=1e-5)
+    plain = [F.cross_entropy(part, target, reduction="sum") for part in (first, second)]
+    assert torch.allclose(nll, (plain[0] + plain[1]) / 2, atol=1e-5) and kl > 0.1

@@ -322,6 +322,14 @@ class OptimConfig:
     tgt_word_dropout: float = knob(
         0.0, PROBABILITY, help="decoder input tokens (the targets predicted stay intact)"
     )
+    rdrop_alpha: float = knob(
+        0.0,
+        NON_NEGATIVE,
+        help=(
+            "R-Drop (Liang et al. 2021): weight of the symmetric KL between two dropout passes of each "
+            "batch (the batch twice in one forward pass: about twice the step's cost); 0 = off"
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------------------- trainer
@@ -636,6 +644,12 @@ def check_train_config(cfg: TrainConfig) -> None:
     check_values(cfg)
     if isinstance(cfg.data, MultiDataConfig):
         _corpora_tokenizer_fits(cfg.data, cfg.tokenizer)
+    dropouts = ("dropout", "attention_dropout", "activation_dropout")
+    if cfg.optim.rdrop_alpha > 0 and not any(getattr(cfg.model, key, 0.0) for key in dropouts):
+        raise NMTError(
+            f"optim.rdrop_alpha={cfg.optim.rdrop_alpha:g} compares two dropout passes, but model.dropout, "
+            "model.attention_dropout and model.activation_dropout are 0: the passes would be the same"
+        )
 
 
 def _corpora_tokenizer_fits(data: MultiDataConfig, tokenizer: TokenizerConfig) -> None:

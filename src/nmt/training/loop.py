@@ -185,7 +185,7 @@ def train_step(
     for i, batch in enumerate(batches):
         sync = i == len(batches) - 1 or not dist.enabled  # DDP: all-reduce gradients once per update
         with nullcontext() if sync else run.step_model.no_sync(), autocast(run.device, run.precision):
-            loss, nll = batch_loss(run.step_model, batch, cfg.optim.label_smoothing)
+            loss, nll = batch_loss(run.step_model, batch, cfg.optim.label_smoothing, cfg.optim.rdrop_alpha)
         # DDP averages gradients over ranks, hence world_size / (tokens of all ranks).
         scaler.scale(loss * dist.world_size / total_tokens).backward()
         loss_sum += loss.detach()

@@ -49,9 +49,32 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
     return _SmoothedNLL.apply(logits, target, epsilon)
 
 
-def batch_loss(model: torch.nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor]:
+def batch_loss(
+    model: torch.nn.Module, batch: Batch, epsilon: float, rdrop_alpha: float = 0.0
+) -> tuple[Tensor, Tensor]:
     """Summed smoothed loss and summed NLL of ``batch``'s target tokens under ``model`` (a
-    :class:`~nmt.models.base.Seq2Seq` or its DDP/compiled wrapper), teacher-forced; padding is masked."""
+    :class:`~nmt.models.base.Seq2Seq` or its DDP/compiled wrapper), teacher-forced; padding is masked.
+    ``rdrop_alpha`` > 0: with R-Drop's consistency term (:func:`rdrop_loss`)."""
     target_mask = batch.tgt_out.ne(PAD_ID)
+    target = batch.tgt_out[target_mask]
+    if rdrop_alpha > 0:
+        return rdrop_loss(model, batch, target_mask, target, epsilon, rdrop_alpha)
     logits = model(batch.src, batch.tgt_in, target_mask)
-    return label_smoothed_nll(logits, batch.tgt_out[target_mask], epsilon)
+    return label_smoothed_nll(logits, target, epsilon)
+
+
+def rdrop_loss(
+    model: torch.nn.Module, batch: Batch, target_mask: Tensor, target: Tensor, epsilon: float, alpha: float
+) -> tuple[Tensor, Tensor]:
+    """R-Drop (Liang et al., 2021): the batch twice in one forward pass, so under two dropout masks; the
+    mean of the two smoothed losses plus ``alpha`` times the symmetric KL of their output distributions,
+    (KL(p1 || p2) + KL(p2 || p1)) / 2, summed over the target tokens as the loss is; the NLL is the mean."""
+    logits = model(_twice(batch.src), _twice(batch.tgt_in), _twice(target_mask))
+    loss, nll = label_smoothed_nll(logits, _twice(target), epsilon)
+    first, second = torch.log_softmax(logits.float(), dim=-1).chunk(2)  # the masked rows: copy 1, copy 2
+    symmetric_kl = ((first.exp() - second.exp()) * (first - second)).sum()
+    return loss / 2 + alpha * symmetric_kl / 2, nll / 2
+
+
+def _twice(t: Tensor) -> Tensor:
+    return torch.cat([t, t])
