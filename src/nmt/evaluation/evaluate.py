@@ -64,34 +64,25 @@ class EvalReport:
 
 
 def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
-    """Translate a split (or ``eval.src``) with a checkpoint, score against the raw references, write
-    the hypotheses and a JSON report.
-
-    Decoding uses the checkpoint's ``decoding`` settings (tuned with the experiment), except those
-    that ``cfg.decoding`` sets. Empty source lines get empty hypotheses, as in ``translate.py``.
-    With ``prefix_file`` every hypothesis starts with its line's prefix; with ``alignments`` the word
-    alignment of each hypothesis goes to a ``.align`` file beside the hypotheses.
-    """
+    """Translate a split (or ``eval.src``) with a checkpoint, score against the raw references, write the
+    hypotheses and a JSON report. Decoding uses the checkpoint's ``decoding`` settings (tuned with the
+    experiment), except those that ``cfg.decoding`` sets. Empty source lines get empty hypotheses, as in
+    ``translate.py``. With ``prefix_file`` every hypothesis starts with its line's prefix; with
+    ``alignments`` the word alignment of each hypothesis goes to a ``.align`` file beside them."""
     check_values(cfg.eval, "eval.")  # as a script checks it at start: a typo must not cost a whole decode
     check_eval_out(cfg)
     device = select_device(cfg.device)
     translator = evaluation_translator(cfg, device)
-    route = pivot_route(translator, cfg) if cfg.pivot else None
+    direction, route = evaluated_direction(translator, cfg)
     if route:
-        direction, cfg = (route[0], route[2]), dataclasses.replace(cfg, pivot=route[1])  # its own code
-    else:
-        direction = translator.direction(cfg.tgt_lang, cfg.src_lang, cfg.zero_shot)
+        cfg = dataclasses.replace(cfg, pivot=route[1])  # the model's own code, in the files' names
     decoding = translator.decoding_with(cfg.decoding)
     sources, refs, test_name = evaluation_text(
         cfg, translator.cfg, direction if translator.multilingual else None
     )
     prefixes = read_prefixes(cfg, len(sources))
     started = time.perf_counter()
-    if route:
-        ids, done = pivot_translations(translator, sources, decoding, route, prefixes)
-    else:
-        done = translator.translations(sources, decoding, progress=True, prefixes=prefixes)
-        ids = done.sources
+    ids, done = evaluation_translations(translator, sources, decoding, route, prefixes)
     hyps, hyp_text = done.nbest, done.texts
     elapsed = time.perf_counter() - started
     scores = corpus_scores(hyp_text, refs, cfg.eval.metrics)
@@ -130,6 +121,30 @@ def evaluate_checkpoint(cfg: EvaluateConfig, out_dir: Path) -> EvalReport:
             Path(cfg.eval.tb_dir), test_name, scores, report.step or 0, report.by_length
         )
     return report
+
+
+def evaluated_direction(
+    translator: Translator, cfg: EvaluateConfig
+) -> tuple[tuple[str, str], tuple[str, str, str] | None]:
+    """The direction evaluated, and its route through the pivot language (``pivot=``), if any."""
+    if not cfg.pivot:
+        return translator.direction(cfg.tgt_lang, cfg.src_lang, cfg.zero_shot), None
+    route = pivot_route(translator, cfg)
+    return (route[0], route[2]), route
+
+
+def evaluation_translations(
+    translator: Translator,
+    sources: list[str],
+    decoding: DecodingConfig,
+    route: tuple[str, str, str] | None,
+    prefixes: list[str] | None,
+) -> tuple[list[list[int]], Translations]:
+    """The source ids and the translations: one search, or two through a pivot (``route``)."""
+    if route:
+        return pivot_translations(translator, sources, decoding, route, prefixes)
+    done = translator.translations(sources, decoding, progress=True, prefixes=prefixes)
+    return done.sources, done
 
 
 def pivot_route(translator: Translator, cfg: EvaluateConfig) -> tuple[str, str, str]:
