@@ -158,7 +158,13 @@ def test_tokenizer_settings_are_unchanged_without_tags(tmp_path):
         next(tmp_path.glob("tokenizer-*/config.json")).read_text()
     )
     tagged_tok = train_tokenizer(cfg, text, text, tmp_path, user_symbols=(">>de<<",))
-    assert tagged_tok.src_pieces(tagged_tok.encode_src([">>de<< w1"])[0])[1] == ">>de<<"
+    first, inside = (
+        tagged_tok.src_pieces(ids) for ids in tagged_tok.encode_src([">>de<< w1", "w1 >>de<< w1"])
+    )
+    assert first[0] == ">>de<<" and first[1].startswith(
+        "\u2581"
+    )  # a leading tag first, as Marian's tokenizer
+    assert inside[inside.index(">>de<<") - 1] == "\u2581"  # elsewhere, as SentencePiece segments it
     assert plain.fingerprint != tagged_tok.fingerprint
 
 
