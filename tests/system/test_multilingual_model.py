@@ -247,8 +247,10 @@ def test_the_page_translates_into_the_language_chosen_on_its_selector(multi_run,
         choice.select_by_value("fr")
         wait.until(lambda d: d.find_element(By.ID, "translation").text == expected["fr"])
         model_line = driver.find_element(By.ID, "model").text
+        aligned = [w.text for w in driver.find_elements(By.CSS_SELECTOR, "#source-words .word")]
         driver.save_screenshot(str(tmp_path / "page.png"))
     assert model_line.startswith("src-de, src-fr, src-cs: ")
+    assert aligned == sentence.split()  # the words of the input: the tag is none of them
     assert (tmp_path / "page.png").stat().st_size > 10_000
 
 

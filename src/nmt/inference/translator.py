@@ -458,16 +458,19 @@ class Translator:
     ) -> list[WordAlignment]:
         """The word alignment of each (source, target) id pair, a translation or a given one: for each
         target word, the source word that decoder ``layer`` (None: the penultimate) attends to most
-        while predicting it, heads averaged (the reading chosen in docs/alignment.md)."""
+        while predicting it, heads averaged (the reading chosen in docs/alignment.md). A multilingual
+        model's tag is left out: the words are those of the input."""
         attentions = self.attentions(sources, targets, max_tokens)
         tok, out = self.tokenizer, []
+        skip = 1 if self.multilingual else 0  # the target-language tag first: no word of the input
         for source, target, cross in zip(sources, targets, attentions):
             index = resolve_layer(layer, cross.weights.size(0))
-            src_pieces, tgt_pieces = cross.source_tokens[:-1], cross.target_tokens[:-1]
+            src_pieces, tgt_pieces = cross.source_tokens[skip:-1], cross.target_tokens[:-1]
+            weights = cross.weights[index].mean(dim=0)[:, skip:]
             out.append(
                 WordAlignment(
-                    attention_links(cross.weights[index].mean(dim=0), src_pieces, tgt_pieces, shift=False),
-                    words(source, src_pieces, tok.decode_src),
+                    attention_links(weights, src_pieces, tgt_pieces, shift=False),
+                    words(source[skip:], src_pieces, tok.decode_src),
                     words(target, tgt_pieces, tok.decode_tgt),
                 )
             )
