@@ -137,6 +137,26 @@ def test_fp16_overflow_counts_as_a_skipped_update(config, tmp_path: Path, monkey
     run.monitor.close({})
 
 
+def test_an_update_with_rdrop_adds_the_consistency_term(config, tmp_path: Path, monkeypatch):
+    """optim.rdrop_alpha reaches each update's loss (tests/test_loss.py checks the term itself), and the
+    update trains."""
+    run = set_up(config("optim.rdrop_alpha=2", "model.dropout=0.3"), tmp_path)
+    alphas = []
+    real = loop.batch_loss
+
+    def recorded(*args):
+        alphas.append(args[3])
+        return real(*args)
+
+    monkeypatch.setattr(loop, "batch_loss", recorded)
+    batch = collate(run.data.splits["train"], next(iter(run.sampler)), run.cfg.model.max_positions)
+    before = [p.detach().clone() for p in run.model.parameters()]
+    stats = train_step(run, [batch])
+    assert alphas == [2.0] and math.isfinite(float(stats["loss_sum"]))
+    assert any(not torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
+    run.monitor.close({})
+
+
 def test_each_epoch_trains_on_its_own_sampled_segmentation(config, tmp_path: Path, monkeypatch):
     """tokenizer.sampling_alpha: epoch e collates from copy e % copies, in batches cut by its lengths."""
     cfg = config(

@@ -275,6 +275,8 @@ def test_evaluate_through_a_pivot_is_two_searches_of_the_same_model(multi_run, m
         evaluate(pivot="de", src_lang="src", tgt_lang="fr")
     with pytest.raises(NMTError, match=r"^pivot=de: name the direction it stands between"):
         evaluate(pivot="de", tgt_lang="fr")
+    with pytest.raises(NMTError, match=r"^pivot=de with alignments=true: two searches"):
+        evaluate(pivot="de", src_lang="src", tgt_lang="fr", zero_shot=True, alignments=True)
     report = evaluate(pivot="DE", src_lang="src", tgt_lang="fr", zero_shot=True)
     assert report.pivot == "src->de->fr" and ".pivot-de." in report.hypotheses
     defaults = multi_translator.decoding_with(DecodingOverrides())

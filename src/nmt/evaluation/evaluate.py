@@ -154,6 +154,11 @@ def pivot_route(translator: Translator, cfg: EvaluateConfig) -> tuple[str, str, 
         raise NMTError(f"pivot={cfg.pivot}: the model is bilingual (one direction): nothing to pivot through")
     if not (cfg.src_lang and cfg.tgt_lang):
         raise NMTError(f"pivot={cfg.pivot}: name the direction it stands between, src_lang= and tgt_lang=")
+    if cfg.alignments:
+        raise NMTError(
+            f"pivot={cfg.pivot} with alignments=true: two searches leave no one attention from the source "
+            "to the translation; leave one out"
+        )
     pivot = translator.choose_target(cfg.pivot, cfg.src_lang, cfg.zero_shot)
     target = translator.choose_target(cfg.tgt_lang, pivot, cfg.zero_shot)
     if pivot in (cfg.src_lang, target):
