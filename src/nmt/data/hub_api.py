@@ -325,9 +325,6 @@ class HubFile:
     def answer(self) -> Answer:
         return self.hub.get(self.url)
 
-    def fetch_all(self) -> bytes:
-        return self.answer().body
-
 
 def _split_patterns(data_files: Any, split: str) -> list[str]:
     """The path patterns of ``split`` in a card config's ``data_files`` (a list of {split, path}, a
