@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from nmt.config import DecodingConfig
 from nmt.ct2.format import file_digest, read_export_info, require_ctranslate2
-from nmt.decoding import Backend, Hypothesis, batch_source_tokens, hypothesis
+from nmt.decoding import Backend, Hypothesis, Ids, batch_source_tokens, hypothesis
 from nmt.decoding.common import budget_for_source
 from nmt.errors import NMTError
 from nmt.text.special import BOS_ID, PAD_ID
@@ -152,11 +152,7 @@ class CT2Backend(Backend):
         self.shortlists.add(path)
 
     def translate_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        cfg: DecodingConfig,
-        progress: bool = False,
-        prefixes: Sequence[Sequence[int]] | None = None,
+        self, sources: Ids, cfg: DecodingConfig, progress: bool = False, prefixes: Ids | None = None
     ) -> list[list[Hypothesis]]:
         """Like :func:`nmt.decoding.translate_ids`: the ``cfg.nbest`` best hypotheses per source, each
         the same whichever other sources share the call, each starting with its source's target prefix
@@ -285,11 +281,7 @@ class CT2Backend(Backend):
         return hyps
 
     def score_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        targets: Sequence[Sequence[int]],
-        max_tokens: int,
-        shortlist: str | None,
+        self, sources: Ids, targets: Ids, max_tokens: int, shortlist: str | None
     ) -> list[list[float]]:
         """Teacher-forced log-probabilities of each target token and of the EOS that follows, in batches
         of up to ``max_tokens`` tokens; on a CPU also so small that a batch's log-probabilities (tokens x

@@ -40,11 +40,12 @@ from nmt.decoding.common import (
 )
 from nmt.decoding.decode import search, translate_ids
 from nmt.decoding.greedy import greedy_search
-from nmt.decoding.interface import Backend
+from nmt.decoding.interface import Backend, Ids
 from nmt.decoding.teacher_forcing import TeacherForcedScore, score_ids
 
 __all__ = [
     "Backend",
+    "Ids",
     "TeacherForcedScore",
     "Hypothesis",
     "batch_source_tokens",

@@ -10,6 +10,8 @@ from typing import Protocol
 from nmt.config import DecodingConfig
 from nmt.decoding.common import Hypothesis
 
+Ids = Sequence[Sequence[int]]  # sentences, each its token ids (no BOS, no EOS)
+
 
 class Backend(Protocol):
     """What the Translator needs of a backend."""
@@ -17,11 +19,7 @@ class Backend(Protocol):
     name: str  # one of nmt.inference.backends.BACKENDS: in reports, hypothesis names, the service's answers
 
     def translate_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        cfg: DecodingConfig,
-        progress: bool = False,
-        prefixes: Sequence[Sequence[int]] | None = None,
+        self, sources: Ids, cfg: DecodingConfig, progress: bool = False, prefixes: Ids | None = None
     ) -> list[list[Hypothesis]]:
         """The ``cfg.nbest`` best hypotheses of each source, best first, each starting with its
         source's target prefix when ``prefixes`` are given (lists of target ids, possibly empty)."""
@@ -32,11 +30,7 @@ class Backend(Protocol):
         ...
 
     def score_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        targets: Sequence[Sequence[int]],
-        max_tokens: int,
-        shortlist: str | None,
+        self, sources: Ids, targets: Ids, max_tokens: int, shortlist: str | None
     ) -> list[list[float]]:
         """Teacher-forced log-probabilities of each target token and of the EOS that follows, in batches
         of up to ``max_tokens`` tokens, normalised as the search normalises: over the whole vocabulary,

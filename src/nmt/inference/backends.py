@@ -27,6 +27,7 @@ from nmt.ct2.backend import CT2Backend
 from nmt.decoding import (
     Backend,
     Hypothesis,
+    Ids,
     batch_source_tokens,
     length_sorted_batches,
     score_ids,
@@ -74,11 +75,7 @@ class TorchBackend(Backend):
         self.shortlist(path)
 
     def translate_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        cfg: DecodingConfig,
-        progress: bool = False,
-        prefixes: Sequence[Sequence[int]] | None = None,
+        self, sources: Ids, cfg: DecodingConfig, progress: bool = False, prefixes: Ids | None = None
     ) -> list[list[Hypothesis]]:
         shortlist = self.shortlist(cfg.shortlist)
         return translate_ids(
@@ -93,11 +90,7 @@ class TorchBackend(Backend):
         )
 
     def score_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        targets: Sequence[Sequence[int]],
-        max_tokens: int,
-        shortlist: str | None,
+        self, sources: Ids, targets: Ids, max_tokens: int, shortlist: str | None
     ) -> list[list[float]]:
         scores = score_ids(
             self.model,
@@ -283,11 +276,7 @@ class ProcessesBackend(TorchBackend):
         return value
 
     def translate_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        cfg: DecodingConfig,
-        progress: bool = False,
-        prefixes: Sequence[Sequence[int]] | None = None,
+        self, sources: Ids, cfg: DecodingConfig, progress: bool = False, prefixes: Ids | None = None
     ) -> list[list[Hypothesis]]:
         if not self.conns:
             raise NMTError("the decoding worker processes were closed")
