@@ -20,6 +20,9 @@ from nmt.metrics import corpus_scores
 from nmt.training.loop import train
 
 LANGS = ("de", "fr", "cs")
+# Validation BLEU that says a direction was learnt: chance is near 0 (40 invented words a language); the
+# 700 updates below reach 55 to 75, where in that range depends on the CPU's kernels.
+LEARNT = 45
 TOY_MULTI = (
     "data=toy_multi", "tokenizer.vocab_size=300", "data.workers=1", "model.d_model=64", "model.ff_dim=128",
     "optim.lr=3e-3", "optim.warmup_steps=50", "trainer.max_steps=700", "trainer.valid_every=700",
@@ -45,7 +48,7 @@ def multi_translator(multi_run):
 def test_each_direction_learns_and_the_tag_chooses_the_language(multi_run, multi_translator):
     cfg, final, _ = multi_run
     for lang in LANGS:
-        assert final[f"bleu/src-{lang}"] > 60, final  # chance is near 0: 40 invented words each
+        assert final[f"bleu/src-{lang}"] > LEARNT, final
     assert final["bleu"] == pytest.approx(sum(final[f"bleu/src-{lang}"] for lang in LANGS) / 3)
     data = prepare_corpus(cfg.data, cfg.tokenizer, progress=False)
     sources, refs = data.raw("valid")
@@ -60,7 +63,7 @@ def test_each_direction_learns_and_the_tag_chooses_the_language(multi_run, multi
         hyps = multi_translator.translations(sentences, decoding).texts
         for other in LANGS:  # the same sources: into the language asked for, not another
             bleu = corpus_scores(hyps, references[other])["bleu"].score
-            assert bleu > 60 if other == lang else bleu < 5, (lang, other, bleu)
+            assert bleu > LEARNT if other == lang else bleu < 5, (lang, other, bleu)
 
 
 def test_info_lists_the_directions(multi_translator):
@@ -114,7 +117,7 @@ def test_evaluate_scores_every_trained_direction_in_one_report(toy, multi_run, t
     rows = proc.stdout.splitlines()
     assert rows[0].split()[:3] == ["direction", "bleu", "chrf"]
     table = {row.split()[0]: float(row.split()[1]) for row in rows[1:5]}
-    assert set(table) == {"src-de", "src-fr", "src-cs", "mean"} and min(table.values()) > 60
+    assert set(table) == {"src-de", "src-fr", "src-cs", "mean"} and min(table.values()) > LEARNT
     report = json.loads(Path(rows[-1].removeprefix("report: ")).read_text())
     assert set(report["directions"]) == {"src-de", "src-fr", "src-cs"}
     assert report["mean"]["bleu"] == pytest.approx(table["mean"], abs=0.01)
@@ -132,7 +135,7 @@ def test_select_final_chooses_on_the_mean_over_directions(toy, multi_run, tmp_pa
     choice = json.loads((run_dir / "eval" / "final_choice.json").read_text())
     hyps = sorted(p.name for p in (run_dir / "eval" / "selection").glob("*.hyp"))
     assert hyps == sorted(f"{c}.valid.src-{lang}.hyp" for c in ("best", "last") for lang in LANGS)
-    assert all(c["bleu"] > 60 for c in choice["candidates"])
+    assert all(c["bleu"] > LEARNT for c in choice["candidates"])
 
 
 def test_the_service_translates_into_the_language_each_request_names(multi_run, multi_translator):
