@@ -327,7 +327,7 @@ class OptimConfig:
         NON_NEGATIVE,
         help=(
             "R-Drop (Liang et al. 2021): weight of the symmetric KL between two dropout passes of each "
-            "batch (the batch twice in one forward pass: about twice the step's cost); 0 = off"
+            "batch (the batch twice in one forward pass: about 3x the step's time, docs/speed.md); 0 = off"
         ),
     )
 
