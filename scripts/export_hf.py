@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.evaluation.evaluate import own_report
+from nmt.evaluation.evaluate import own_reports
 from nmt.hf.exporter import export_checkpoint
 from nmt.hf.parity import format_parity
 from nmt.runs.cli import script_main
@@ -21,7 +21,7 @@ from nmt.runs.cli import script_main
 @script_main("export_hf")
 def main(cfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(cfg)
-    parity = export_checkpoint(cfg, own_report(Path(cfg.checkpoint), "test"))
+    parity = export_checkpoint(cfg, own_reports(Path(cfg.checkpoint), "test"))
     print(format_parity(parity))
     print(f"transformers model written to {cfg.output}")
 

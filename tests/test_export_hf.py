@@ -22,6 +22,7 @@ from nmt.config import (
     HFCheckConfig,
     HFDataConfig,
     LocalDataConfig,
+    MultiDataConfig,
     RNNSearchConfig,
     ToyDataConfig,
     TrainConfig,
@@ -30,7 +31,7 @@ from nmt.config import (
 )
 from nmt.decoding import pad_batch
 from nmt.errors import NMTError
-from nmt.evaluation.evaluate import own_report
+from nmt.evaluation.evaluate import own_reports
 from nmt.models import count_parameters
 from nmt.text.special import BOS_ID, EOS_ID, PAD_ID
 from nmt.text.tokenizer import Tokenizer
@@ -208,6 +209,20 @@ def test_an_export_whose_tokenizer_reads_special_text_as_special_fails(spm_model
 
 
 # ------------------------------------------------------------------------------ files and the card
+SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3"
+
+
+def scored(test_set: str, bleu: float, chrf: float | None = None) -> dict:
+    """A report of scripts/evaluate.py, as the card reads it."""
+    scores = {"bleu": bleu} if chrf is None else {"bleu": bleu, "chrf": chrf}
+    return {
+        "test_set": test_set,
+        "sentences": 1000,
+        "decoding": {"beam_size": 5, "alpha": 1.5},
+        "scores": {n: {"name": n, "score": v, "signature": SIGNATURE} for n, v in scores.items()},
+    }
+
+
 def test_generation_config_holds_our_ids_and_decoding_settings(spm_models, tmp_path):
     decoding = replace(DECODING, beam_size=4, no_unk=True, no_repeat_ngram=3)
     tokenizer = spm_models["joint"]
@@ -227,19 +242,16 @@ def test_generation_config_holds_our_ids_and_decoding_settings(spm_models, tmp_p
 
 
 def test_card_and_record_describe_the_model_and_its_scores(spm_models, tmp_path):
-    report = {
-        "test_set": "test",
-        "sentences": 1000,
-        "decoding": {"beam_size": 5, "alpha": 1.5},
-        "scores": {"bleu": {"name": "bleu", "score": 40.81, "signature": "nrefs:1|case:mixed|tok:13a"}},
-    }
+    report = scored("test", 40.81)
     meta = {"checkpoint": str(tmp_path / "final.pt"), "step": 15298}
-    model, tokenizer, output, _ = export(spm_models, tmp_path, meta=meta, test_report=report)
+    model, tokenizer, output, _ = export(spm_models, tmp_path, meta=meta, test_reports=[report])
     card = (output / "README.md").read_text()
     assert card.startswith("---\nlanguage:\n- src\n- tgt\n")
     assert "exported from nmt" in card and BLENDERBOT in card
     assert f"{count_parameters(model):,} parameters" in card
-    assert "BLEU **40.81** (`nrefs:1|case:mixed|tok:13a`)" in card and "step 15,298" in card
+    assert f"BLEU **40.81** (`{SIGNATURE}`)" in card and "step 15,298" in card
+    (result,) = ModelCard(card).data.eval_results
+    assert (result.metric_type, result.metric_value, result.metric_config) == ("bleu", 40.81, SIGNATURE)
     record = json.loads((output / RECORD).read_text())
     assert record["weights_sha256"] == weights_digest(model) and record["step"] == 15298
     assert record["tokenizer_fingerprint"] == tokenizer.fingerprint
@@ -258,7 +270,7 @@ def test_card_header_is_yaml_that_reads_back_and_publishes_no_local_path(tmp_pat
     )
     checkpoint = run / "checkpoints" / "final.pt"
     parity = Parity(["a b"], 0.0, ["x"], ["x"], [], [], [], [])
-    facts = CardFacts(BLENDERBOT, 10, {"src": 90, "tgt": 90}, checkpoint, 3, parity, None)
+    facts = CardFacts(BLENDERBOT, 10, {"src": 90, "tgt": 90}, checkpoint, 3, parity, [])
     languages = ["no", "de: x #y\n---\nz"]
     data = LocalDataConfig(
         name="corpus", dir=f"{tmp_path}/home/secret/corpus", src_lang="no", tgt_lang=languages[1]
@@ -266,23 +278,66 @@ def test_card_header_is_yaml_that_reads_back_and_publishes_no_local_path(tmp_pat
     card = model_card(TrainConfig(data=data, model=TINY), facts, "hf")
     assert ModelCard(card).data.language == languages
     assert "the corpus corpus" in card and "data.dir=.../corpus" in card and "secret" not in card
+    assert "python scripts/train.py data=local" in card
+    (run / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    name: pipeline\n")  # scripts/run.sh's run
+    assert "python scripts/pipeline.py data=local" in model_card(
+        TrainConfig(data=data, model=TINY), facts, "hf"
+    )
     hub = HFDataConfig(path="wmt/wmt14", config_name="de-en", src_lang="de", tgt_lang="en")
     card = model_card(TrainConfig(data=hub, model=TINY), facts, "hf")
     assert f"wmt/wmt14 (de-en, revision {hub.revision})" in card
+    header = ModelCard(card).data
+    assert (header.license, header.license_name) == ("other", "wmt-wmt14") and header.datasets == [
+        "wmt/wmt14"
+    ]
+    assert header.license_link == "https://huggingface.co/datasets/wmt/wmt14" and header.eval_results is None
 
 
-def test_own_report_is_the_checkpoints_plain_test_evaluation(tmp_path):
+def test_card_header_has_the_datas_terms_and_each_directions_test_scores_in_a_model_index(tmp_path):
+    """A multilingual model's card: one license and dataset for its Multi30k corpora, and each direction's
+    BLEU and chrF with sacrebleu's signature, in the order of training, as the Hub reads the header."""
+    corpora = [{"source": "multi30k", "src_lang": "en", "tgt_lang": t} for t in ("de", "fr")]
+    data = MultiDataConfig(name="m30k", corpora=corpora)
+    parity = Parity(["a b"], 0.0, ["x"], ["x"], [], [], [], [])
+    reports = [scored("test.en-fr", 61.2, 76.5), scored("test.en-de", 40.3, 64.7)]
+    facts = CardFacts(MARIAN, 10, {"src": 90, "tgt": 90}, tmp_path / "final.pt", 3, parity, reports)
+    card = ModelCard(model_card(TrainConfig(data=data, model=TINY), facts, "hf"))
+    assert card.data.language == ["en", "de", "fr"] and card.data.datasets == ["multi30k"]
+    assert (card.data.license, card.data.license_link) == ("other", "https://github.com/multi30k/dataset")
+    assert card.data.metrics == ["bleu", "chrf"] and card.data.model_name == "hf"
+    assert [
+        (r.dataset_config, r.dataset_split, r.metric_type, r.metric_value) for r in card.data.eval_results
+    ] == [
+        ("en-de", "test", "bleu", 40.3),
+        ("en-de", "test", "chrf", 64.7),
+        ("en-fr", "test", "bleu", 61.2),
+        ("en-fr", "test", "chrf", 76.5),
+    ]
+    assert {r.metric_config for r in card.data.eval_results} == {SIGNATURE}
+    assert "en->de, on `test.en-de`" in card.text and "- chrF **76.50**" in card.text
+
+
+def test_own_reports_are_the_checkpoints_plain_test_evaluations(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "eval").mkdir()
     checkpoint = run / "checkpoints" / "final.pt"
-    mine = {"checkpoint": str(checkpoint.resolve()), "step": 3}
+    mine = {"checkpoint": str(checkpoint.resolve()), "step": 3, "scores": {}}
     (run / "eval" / "final.test.beam5.alpha1.json").write_text(json.dumps({**mine, "step": 1}))
     (run / "eval" / "final.test.beam5.ct2.json").write_text(json.dumps({**mine, "step": 2}))
-    assert own_report(checkpoint, "test") is None  # other settings, another backend: not its own
+    assert own_reports(checkpoint, "test") == []  # other settings, another backend: not its own
     (run / "eval" / "final.test.beam5.json").write_text(json.dumps(mine))
-    assert own_report(checkpoint, "test") == mine
-    assert own_report(run / "checkpoints" / "best.pt", "test") is None
+    assert own_reports(checkpoint, "test") == [mine]
+    assert own_reports(run / "checkpoints" / "best.pt", "test") == []
+    # a multilingual model's, per direction; not the summary of them all, nor a pivot's
+    (run / "eval" / "final.test.beam5.json").unlink()
+    fr = {**mine, "test_set": "test.en-fr"}
+    (run / "eval" / "final.test.en-fr.beam5.json").write_text(json.dumps(fr))
+    (run / "eval" / "final.test.en-fr.beam5.pivot-de.json").write_text(json.dumps(fr))
+    (run / "eval" / "final.test.directions.beam5.json").write_text(
+        json.dumps({"checkpoint": mine["checkpoint"]})
+    )
+    assert own_reports(checkpoint, "test") == [fr]
 
 
 def test_check_sentences_are_validated():

@@ -129,19 +129,20 @@ def test_the_bilingual_sampler_draws_as_before():
 
 def test_the_temperature_sampler_upsamples_the_small_corpus_reproducibly_and_resumes():
     sizes, lengths = [20, 280], _lengths(300)
-    sampler = TemperatureBatchSampler(*lengths, 400, seed=5, sizes=sizes, temperature=5.0)
-    epoch = [i for batch in sampler for i in batch]
+
+    def sampler() -> TemperatureBatchSampler:
+        return TemperatureBatchSampler(*lengths, 400, seed=5, sizes=sizes, temperature=5.0)
+
+    epoch = [i for batch in sampler() for i in batch]
     counts = np.bincount(np.asarray(epoch) >= 20, minlength=2)
     assert list(counts) == list(epoch_counts(sizes, 5.0)) and counts[0] > 20  # every small pair, and more
     assert set(range(20)) <= set(epoch)
-    again = TemperatureBatchSampler(*lengths, 400, seed=5, sizes=sizes, temperature=5.0)
-    first = [next(iter(again)) for _ in range(1)]
-    resumed = TemperatureBatchSampler(*lengths, 400, seed=5, sizes=sizes, temperature=5.0)
-    resumed.load_state_dict(again.state_dict())
-    assert first + list(resumed) == [
-        b for b in TemperatureBatchSampler(*lengths, 400, seed=5, sizes=sizes, temperature=5.0)
-    ]
-    other = TemperatureBatchSampler(*lengths, 400, seed=5, sizes=sizes, temperature=5.0)
+    interrupted = sampler()
+    first = next(iter(interrupted))
+    resumed = sampler()
+    resumed.load_state_dict(interrupted.state_dict())
+    assert [first, *resumed] == list(sampler())
+    other = sampler()
     other.set_epoch(1)
     assert [i for b in other for i in b] != epoch  # another draw each epoch
 
@@ -161,9 +162,7 @@ def test_tokenizer_settings_are_unchanged_without_tags(tmp_path):
     first, inside = (
         tagged_tok.src_pieces(ids) for ids in tagged_tok.encode_src([">>de<< w1", "w1 >>de<< w1"])
     )
-    assert first[0] == ">>de<<" and first[1].startswith(
-        "\u2581"
-    )  # a leading tag first, as Marian's tokenizer
+    assert first[0] == ">>de<<" and first[1].startswith("\u2581")  # a leading tag first, as Marian's
     assert inside[inside.index(">>de<<") - 1] == "\u2581"  # elsewhere, as SentencePiece segments it
     assert plain.fingerprint != tagged_tok.fingerprint
 

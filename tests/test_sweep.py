@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 
 from nmt.errors import NMTError
 from nmt.runs import cli, launching
-from nmt.runs.sweep import JobResult, check_direction, claim_run_dir, format_table, ranked
+from nmt.runs.sweep import JobResult, check_direction, claim_run_dir, format_table, job_result, ranked
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -115,3 +117,27 @@ def test_jobs_are_ranked_best_first_by_their_metric():
     table = format_table(rows).splitlines()
     assert table[0].split()[:5] == ["job", "overrides", "steps", "best", "loss"]
     assert table[1].split()[0] == "2" and len(table) == 5
+
+
+GOOD = {"steps": 4, "metric": "bleu", "best": 30.5, "bleu": 30.5, "chrf": 50.0, "loss": 2.0}
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("{", "not JSON"),
+        ("[1, 2]", "has exactly the fields steps, metric, best"),
+        (json.dumps({**GOOD, "minutes": 1.0}), "has exactly the fields"),  # no status
+        (json.dumps({**GOOD, "minutes": 1.0, "status": "ended", "extra": 1}), "has exactly the fields"),
+        (json.dumps({**GOOD, "minutes": "1", "status": "ended"}), "minutes must be a number, not '1'"),
+        (json.dumps({**GOOD, "best": True, "minutes": 1, "status": "ended"}), "best must be a number"),
+        (json.dumps({**GOOD, "metric": "rouge", "minutes": 1, "status": "ended"}), "metric must be one of"),
+    ],
+)
+def test_an_edited_result_json_is_refused_naming_the_file(tmp_path: Path, text: str, error: str):
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "result.json").write_text(text)
+    with pytest.raises(NMTError, match=f"^{re.escape(str(tmp_path / 'job' / 'result.json'))}: .*{error}"):
+        job_result(tmp_path / "job", [])
+    (tmp_path / "job" / "result.json").write_text(json.dumps({**GOOD, "minutes": 1, "status": "ended"}))
+    assert job_result(tmp_path / "job", []).best == 30.5

@@ -337,17 +337,20 @@ def report_dir(checkpoint: Path) -> Path:
     return (parent.parent if parent.name == "checkpoints" else parent) / "eval"
 
 
-def own_report(checkpoint: Path, split: str) -> dict | None:
-    """The report of ``scripts/evaluate.py`` on ``split`` with the checkpoint's own decoding settings (the
-    plain-named ``<checkpoint>.<split>.beam<k>.json`` of its run) that names this very file, if any (its
+def own_reports(checkpoint: Path, split: str) -> list[dict]:
+    """The reports of ``scripts/evaluate.py`` on ``split`` with the checkpoint's own decoding settings (the
+    plain-named ``<checkpoint>.<split>.beam<k>.json`` of its run, or a multilingual model's
+    ``<checkpoint>.<split>.<src>-<tgt>.beam<k>.json``, one per direction) that name this very file (their
     ``step`` says which weights the file held then)."""
-    plain = re.compile(rf"{re.escape(checkpoint.stem)}\.{re.escape(split)}\.beam\d+\.json")
-    for path in sorted(report_dir(checkpoint).glob(f"{checkpoint.stem}.{split}.beam*.json")):
+    stem, name = re.escape(checkpoint.stem), re.escape(split)
+    plain = re.compile(rf"{stem}\.{name}(\.[^.]+-[^.]+)?\.beam\d+\.json")
+    reports = []
+    for path in sorted(report_dir(checkpoint).glob(f"{checkpoint.stem}.{split}.*beam*.json")):
         if plain.fullmatch(path.name):
             report = json.loads(path.read_text())
-            if report.get("checkpoint") == str(checkpoint.resolve()):
-                return report
-    return None
+            if report.get("checkpoint") == str(checkpoint.resolve()) and "scores" in report:
+                reports.append(report)
+    return reports
 
 
 def run_file(checkpoint: Path, kind: str, settings: object, suffix: str) -> Path:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,11 @@ def export_model(
     refs: list[str] | None = None,
     force: bool = False,
     meta: dict[str, Any] | None = None,
-    test_report: dict[str, Any] | None = None,
+    test_reports: Sequence[dict[str, Any]] = (),
 ) -> Parity:
     """Write ``model`` and ``tokenizer`` as a transformers folder ``output`` and check it on ``sentences``
     (with ``refs``: their scores too); ``meta`` (``checkpoint``, ``step``) goes into the record and the
-    card, ``test_report`` (scripts/evaluate.py's on the test split) into the card."""
+    card, ``test_reports`` (scripts/evaluate.py's on the test split, one per direction) into the card."""
     class_name = hf_class(model.cfg, tokenizer.joint)
     output = Path(output)
     check_output_dir(output, RECORD, force, WRITER)
@@ -74,7 +75,7 @@ def export_model(
             checkpoint,
             meta.get("step"),
             parity,
-            test_report,
+            list(test_reports),
         )
         (tmp / "README.md").write_text(model_card(train_cfg, facts, output.name), encoding="utf-8")
         record = _record(class_name, transformers.__version__, model, tokenizer, parity, meta, checkpoint)
@@ -205,7 +206,7 @@ def check_sentences(check: HFCheckConfig) -> tuple[list[str], list[str] | None]:
     return sentences, refs
 
 
-def export_checkpoint(cfg: ExportHFConfig, test_report: dict[str, Any] | None = None) -> Parity:
+def export_checkpoint(cfg: ExportHFConfig, test_reports: Sequence[dict[str, Any]] = ()) -> Parity:
     """``scripts/export_hf.py``: refuse what cannot be exported (before loading the weights), then export."""
     sentences, refs = check_sentences(cfg.check)
     ckpt = load_checkpoint(cfg.checkpoint)
@@ -216,8 +217,7 @@ def export_checkpoint(cfg: ExportHFConfig, test_report: dict[str, Any] | None = 
     check_output_dir(Path(cfg.output), RECORD, cfg.force, WRITER)
     model, tokenizer, train_cfg = model_from_checkpoint(ckpt, "cpu")
     meta = {"checkpoint": str(Path(cfg.checkpoint).resolve()), "step": ckpt.get("progress", {}).get("step")}
-    if test_report is not None and test_report.get("step") != meta["step"]:
-        test_report = None  # of other weights saved under the same name earlier
+    mine = [r for r in test_reports if r.get("step") == meta["step"]]  # not of earlier weights of that name
     return export_model(
-        model, tokenizer, train_cfg, cfg.output, cfg.check, sentences, refs, cfg.force, meta, test_report
+        model, tokenizer, train_cfg, cfg.output, cfg.check, sentences, refs, cfg.force, meta, mine
     )

@@ -16,7 +16,7 @@ import math
 import os
 import shlex
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -126,11 +126,32 @@ def job_result(run_dir: Path, overrides: list[str] | None = None) -> JobResult:
         overrides = _read_overrides(run_dir)
     path = run_dir / RESULT
     if path.is_file():
-        fields = json.loads(path.read_text(encoding="utf-8"))
+        fields = _read_result(path)
         return JobResult(
             **{**fields, "job": run_dir.name, "num": _job_num(run_dir), "overrides": ",".join(overrides)}
         )
     return _from_checkpoint(run_dir, overrides, "running or stopped")
+
+
+def _read_result(path: Path) -> dict[str, Any]:
+    """The fields of a ``result.json`` as :func:`write_result` writes them; one line naming the file and
+    what is wrong when it is not one (edited, truncated, another program's)."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise NMTError(f"{path}: not JSON ({e}); delete it to read the job from checkpoints/last.pt") from e
+    names = [f.name for f in fields(JobResult) if f.name not in ("job", "num", "overrides")]
+    if not isinstance(result, dict) or sorted(result) != sorted(names):
+        raise NMTError(f"{path}: a result.json has exactly the fields {', '.join(names)}")
+    for name in ("steps", "best", "bleu", "chrf", "loss", "minutes"):
+        value = result[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise NMTError(f"{path}: {name} must be a number, not {value!r}")
+    if result["metric"] not in HIGHER_IS_BETTER:
+        raise NMTError(
+            f"{path}: metric must be one of {', '.join(HIGHER_IS_BETTER)}, not {result['metric']!r}"
+        )
+    return result
 
 
 def _from_checkpoint(run_dir: Path, overrides: list[str], status: str) -> JobResult:
