@@ -160,7 +160,7 @@ def direction_reports(data: DataConfig, reports: list[dict[str, Any]]) -> list[t
     for src, tgt in directions_of(data):
         for report in reports:
             name = report["test_set"]
-            if name.endswith(f".{src}-{tgt}") if multi else "." not in name:
+            if name.partition(".")[2] == (f"{src}-{tgt}" if multi else ""):
                 found.append(((src, tgt), report))
                 break
     return found
