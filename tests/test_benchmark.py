@@ -68,6 +68,7 @@ def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread, tiny_
         "bench.beam_size=2",
         "bench.matmul_size=128",
         "bench.precisions=[fp32,bf16]",
+        "bench.profile_steps=3",  # more than the 2 measured batches: they are taken again
     )
     results = run_benchmark(cfg, bench, tmp_path)
     train, decode = results["train"], results["decode"]
@@ -85,9 +86,15 @@ def test_tiny_benchmark_run_reports_everything(tmp_path: Path, one_thread, tiny_
     assert kv["beam_size"] == 2
     cross = cfg.model.decoder_layers * kv["src_positions"] * 2 * (cfg.model.d_model // cfg.model.heads) * 4
     assert kv["beam_bytes"] == 2 * kv["bytes"] - cross  # the source's keys and values once per sentence
+    profile = train["profile"]
+    assert profile["steps"] == 3 and profile["ms_per_step"] > 0
+    assert sum(profile["groups_ms"].values()) == pytest.approx(profile["ms_per_step"])
+    assert profile["groups_ms"]["matrix products"] > 0 and profile["groups_ms"]["optimizer"] > 0
+    assert profile["top_ops"][0]["ms_per_step"] >= profile["top_ops"][-1]["ms_per_step"]
     json.dumps(results)  # the script writes it as JSON
     report = format_report(results)
     assert "project/reference" in report and "cache speedup" in report and "KV cache per sentence" in report
+    assert "where a project step's time goes" in report
 
 
 def test_the_benchmark_script_without_the_reference(tmp_path: Path):

@@ -145,6 +145,15 @@ def test_what_no_stock_class_holds_is_refused_in_one_line(case):
 
 
 @pytest.mark.parametrize(
+    "preset", ["multi30k_cpu", "multi30k_distill_cpu", "multi30k_multi_cpu", "multi30k_many_cpu"]
+)
+def test_the_main_job_and_its_followers_export(compose_train_cfg, preset):
+    """The model a user trains first goes to the Hub: its preset's architecture has a stock class."""
+    cfg = compose_train_cfg(f"experiment={preset}")
+    assert hf_class(cfg.model, cfg.tokenizer.joint) == BLENDERBOT  # pre-norm, one vocabulary
+
+
+@pytest.mark.parametrize(
     "cfg", [replace(TINY, positional="rope"), RNNSearchConfig()], ids=["rope", "rnnsearch"]
 )
 def test_script_refuses_before_loading_the_weights(spm_models, tmp_path, cfg):

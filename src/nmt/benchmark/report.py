@@ -60,7 +60,23 @@ def _training_table(train: dict[str, Any]) -> list[str]:
         extra = f"model FLOPs per token {train['model_flops_per_token'] / 1e6:.1f} M; " + extra
     if not train["memory_peak_is_per_step"]:
         extra += "; peak memory is the process's lifetime peak"
-    return [*out, extra]
+    return [*out, extra, *(_profile_table(train["profile"]) if "profile" in train else [])]
+
+
+def _profile_table(profile: dict[str, Any]) -> list[str]:
+    total = profile["ms_per_step"]
+    out = [
+        "",
+        f"where a project step's time goes: torch.profiler, {profile['steps']} steps, self CPU time, "
+        f"{total:.1f} ms per step",
+        f"{'group':<30}{'ms/step':>10}{'share':>8}",
+    ]
+    for group, ms in sorted(profile["groups_ms"].items(), key=lambda kv: -kv[1]):
+        out.append(f"{group:<30}{ms:>10.1f}{100 * ms / total:>7.1f}%")
+    out.append(f"{'top operators':<60}{'ms/step':>10}{'calls/step':>12}")
+    for op in profile["top_ops"]:
+        out.append(f"{op['op']:<60}{op['ms_per_step']:>10.1f}{op['calls_per_step']:>12.0f}")
+    return out
 
 
 def _decoding_table(decode: dict[str, Any]) -> list[str]:

@@ -19,6 +19,7 @@ import torch
 
 from nmt.benchmark.hardware import MiB, PeakMemory, synchronize
 from nmt.benchmark.reference import ReferenceTrainer, transformer_flops
+from nmt.benchmark.step_profile import profile_steps
 from nmt.config import BenchConfig
 from nmt.data import Batch, collate
 from nmt.errors import NMTError
@@ -82,6 +83,9 @@ def measure_training(
         "memory_peak_is_per_step": memory.resettable,
         "results": {},
     }
+    if bench.profile_steps:
+        own, _ = steps[f"project {run.precision}"]
+        out["profile"] = profile_steps(own, (measured * bench.profile_steps)[: bench.profile_steps])
     for name, seconds in times.items():
         result = step_result(measured, seconds, peaks[name])
         if flops:

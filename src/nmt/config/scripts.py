@@ -382,6 +382,11 @@ class BenchConfig:
         5, NON_NEGATIVE, help="training steps run before measuring (allocator, autotuning, compile)"
     )
     steps: int = knob(20, POSITIVE, help="measured training steps per model; medians are reported")
+    profile_steps: int = knob(
+        0,
+        NON_NEGATIVE,
+        help="then profile this many of the project's steps (torch.profiler): its time by operator group",
+    )
     precisions: list[str] = knob(
         [], choices=PRECISIONS, help="also time these, e.g. [fp32,bf16], same batches"
     )
