@@ -31,6 +31,24 @@ def test_nll_is_the_loss_without_smoothing(logits_and_target):
     assert not torch.allclose(smoothed, nll)
 
 
+def test_a_target_far_below_the_softmax_floor_keeps_its_exact_loss_and_gradient():
+    """Targets whose probability underflows fp32's softmax (log-probabilities of -100 to -2000) still get
+    log_softmax's loss, finite, and the same gradient."""
+    g = torch.Generator().manual_seed(1)
+    logits = (torch.randn(16, 50, generator=g) * 300).requires_grad_()
+    target = logits.detach().argmin(dim=-1)  # each row's least likely token
+    assert (torch.log_softmax(logits.detach(), -1).gather(-1, target[:, None]) < -100).all()
+    loss, nll = label_smoothed_nll(logits, target, 0.1)
+    (loss + nll).backward()
+    expected = F.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum")
+    expected_nll = F.cross_entropy(logits, target, reduction="sum")
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(nll, expected_nll, rtol=1e-5, atol=1e-3)
+    ours, logits.grad = logits.grad, None
+    (expected + expected_nll).backward()
+    torch.testing.assert_close(ours, logits.grad)
+
+
 def test_low_precision_logits_are_scored_in_fp32(logits_and_target):
     logits, target = logits_and_target
     loss, nll = label_smoothed_nll(logits.bfloat16(), target, 0.1)

@@ -145,18 +145,37 @@ def test_parameter_count_of_transformer_small(compose_train_cfg):
     assert count_parameters(model) == expected == 7_578_624
 
 
-def test_cpu_dropout_drops_a_share_p_and_keeps_the_expectation():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_dropout_drops_a_share_p_and_keeps_the_expectation(dtype):
     from nmt.models.transformer import Dropout
 
     torch.manual_seed(0)
-    x = torch.ones(200, 500)
+    x = torch.ones(200, 500, dtype=dtype)
     drop = Dropout(0.3)
     y = drop.train()(x)
+    assert y.dtype == dtype
     assert abs(float((y == 0).float().mean()) - 0.3) < 0.01
-    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / 0.7))
-    assert abs(float(y.mean()) - 1.0) < 0.02
+    kept = y[y != 0].float()
+    assert torch.allclose(kept, torch.full_like(kept, 1 / 0.7), rtol=1e-4 if dtype == torch.float32 else 4e-3)
+    assert abs(float(y.float().mean()) - 1.0) < 0.02
     assert torch.equal(drop.eval()(x), x) and torch.equal(Dropout(0.0).train()(x), x)
+    assert not Dropout(1.0).train()(x).any()
     x.requires_grad_()
     y = drop.train()(x)
     y.sum().backward()
-    assert torch.equal(x.grad, (y != 0).float() / 0.7)
+    assert torch.equal(x.grad, y.detach())  # the gradient goes through the same mask and scale
+
+
+def test_attention_dropout_drops_weights_and_keeps_the_expectation():
+    """In training the attention weights are dropped (outputs vary) without bias: the mean over many
+    draws is the output without dropout."""
+    from nmt.models.attention import DotProductAttention
+
+    torch.manual_seed(0)
+    attn = DotProductAttention(16, 4, dropout=0.5, cross=False)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        expected = attn.eval()(x, x, x, causal=True)[0]
+        draws = torch.stack([attn.train()(x, x, x, causal=True)[0] for _ in range(4000)])
+    assert not torch.allclose(draws[0], expected, atol=1e-3)
+    assert torch.allclose(draws.mean(0), expected, atol=0.05)

@@ -11,6 +11,7 @@ Zen 4 the multi30k_cpu model's updates ran 1.16-1.34x as fast in bf16, timed tak
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
@@ -49,6 +50,28 @@ def select_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise NMTError(f"trainer.device={name} but no CUDA device is available")
     return device
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc reuse freed memory instead of giving it back to the kernel, as jemalloc and
+    tcmalloc do (PyTorch's CPU performance guide recommends them; they are not pip packages).
+
+    A CPU training step allocates and frees the same large tensors every step: the main job's
+    (tokens, vocabulary) logits and probabilities are 46 MB each. glibc serves any allocation above its
+    mmap threshold (at most 32 MB) with fresh pages, which the kernel zeroes on first touch, one page
+    fault per 4 KiB, so the output layer's product ran at half the matmul rate and the loss's softmax
+    at a third of its own (docs/speed.md). Without mmap (M_MMAP_MAX 0) large blocks come from the heap,
+    and up to 1 GiB freed at its top stays there (M_TRIM_THRESHOLD). Process-wide, meant for the
+    training process; returns False where the C library is not glibc (nothing changed)."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 1 << 30))
 
 
 def usable_cores() -> int:

@@ -34,7 +34,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "exp_",
     ),
     "layer norm": ("native_layer_norm", "native_layer_norm_backward"),
-    "random numbers (dropout)": ("uniform_", "bernoulli_", "rand_like", "native_dropout"),
+    "random numbers (dropout)": ("random_", "uniform_", "bernoulli_", "rand_like", "native_dropout"),
     "optimizer": ("_fused_adam_", "_fused_adamw_"),
     "gradient norm and clipping": ("_foreach_norm", "_foreach_mul_", "linalg_vector_norm", "clamp"),
     "embeddings": ("embedding", "embedding_dense_backward", "embedding_backward", "index_select"),

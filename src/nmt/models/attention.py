@@ -36,11 +36,11 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from nmt.config import TransformerConfig, keyed_by_choices
+from nmt.models import kernels
 from nmt.models.base import LazyRows
 from nmt.models.kernels import fused_projections, gather_append, sdpa, sdpa_shared
 from nmt.models.masks import allowed_mask
@@ -80,11 +80,11 @@ def _score_chunk(q: Tensor, k: Tensor, v_a: Tensor) -> Tensor:
 
 def softmax_combine(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:
     """The weights softmax(scores) over the keys ``mask`` allows (masked weights exactly 0), then the
-    weighted sum of the values: (out, weights)."""
+    weighted sum of the values, with attention dropout on the weights: (out, weights before dropout)."""
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
-    return F.dropout(weights, dropout, training=dropout > 0) @ v, weights
+    return (kernels.dropout(weights, dropout) if dropout > 0 else weights) @ v, weights
 
 
 # -------------------------------------------------------------------------------- rotary positions

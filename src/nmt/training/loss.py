@@ -4,8 +4,10 @@ the precision probe times, computed the same way for all three.
 
 The loss over a large vocabulary is a good part of a small model's training step, so its gradient is
 written out: with q the smoothed target distribution ((1 - eps) on the target, eps / V everywhere),
-d loss / d logits = softmax(logits) - q, one pass over the (N, vocab) probabilities instead of the
-backward passes of log_softmax, gather and mean that autograd would chain.
+d loss / d logits = softmax(logits) - q, one pass over the (N, vocab) probabilities saved by the forward
+pass instead of the backward passes of log_softmax, gather and mean that autograd would chain. The
+forward pass needs only log p(target) and the mean logit besides the softmax, so it takes the log of N
+probabilities rather than computing log_softmax's (N, vocab) table as well.
 """
 
 from __future__ import annotations
@@ -20,24 +22,39 @@ from nmt.text.special import PAD_ID
 class _SmoothedNLL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
-        nll = -log_probs.gather(-1, target[:, None]).squeeze(-1)
-        smooth = -log_probs.mean(dim=-1)
-        ctx.save_for_backward(log_probs, target)
+        logits = logits.float()
+        probs = torch.softmax(logits, dim=-1)  # saved for the gradient, which then needs no exp
+        nll = target_nll(logits, probs, target)
+        log_normalizer = logits.gather(-1, target[:, None]).squeeze(-1) + nll  # log sum exp(logits)
+        smooth = log_normalizer - logits.mean(dim=-1)  # -mean(log_softmax(logits))
+        ctx.save_for_backward(probs, target)
         ctx.epsilon, ctx.dtype = epsilon, logits.dtype
         return ((1.0 - epsilon) * nll + epsilon * smooth).sum(), nll.sum()
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None]:
-        log_probs, target = ctx.saved_tensors
-        eps, vocab = ctx.epsilon, log_probs.size(-1)
+        probs, target = ctx.saved_tensors
+        eps, vocab = ctx.epsilon, probs.size(-1)
         # loss: softmax - (1 - eps) onehot - eps / V; nll: softmax - onehot (weighted by their grads)
-        grad = log_probs.exp_().mul_(grad_loss + grad_nll)  # the saved log-probs are not needed again
+        grad = probs.mul_(grad_loss + grad_nll)  # the saved probabilities are not needed again
         if eps:
             grad.sub_(grad_loss * eps / vocab)
         at_target = (grad_loss * (1.0 - eps) + grad_nll).expand(target.size(0), 1)
         grad.scatter_add_(1, target[:, None], -at_target)
         return grad.to(ctx.dtype), None, None
+
+
+def target_nll(logits: Tensor, probs: Tensor, target: Tensor) -> Tensor:
+    """-log p(target) per row from ``probs`` = softmax(``logits``) (N, vocab), fp32: the log of the target's
+    probability, except where that probability is below 1e-30 (fp32's softmax loses digits there, and
+    returns 0 below about 1e-45), which take log_softmax of their row."""
+    p_target = probs.gather(-1, target[:, None]).squeeze(-1)
+    nll = -torch.log(p_target)
+    tiny = (p_target < 1e-30).nonzero().squeeze(-1)
+    if tiny.numel():
+        exact = torch.log_softmax(logits[tiny], dim=-1).gather(-1, target[tiny, None]).squeeze(-1)
+        nll[tiny] = -exact
+    return nll
 
 
 def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:

@@ -18,7 +18,7 @@ from nmt import checkpoint as ckpt_io
 from nmt.config import OptimConfig, TrainConfig, check_train_config, keyed_by_choices, with_absolute_folders
 from nmt.data import PreparedData, TokenBatchSampler, clipped_lengths, pin_source, prepare_corpus
 from nmt.data.multilingual import train_sampler
-from nmt.devices import resolve_precision, select_device
+from nmt.devices import keep_freed_memory, resolve_precision, select_device
 from nmt.errors import NMTError
 from nmt.models import Seq2Seq, build_model, count_parameters
 from nmt.training.budget import Budget, BudgetClock
@@ -150,8 +150,11 @@ def read_resumed(cfg: TrainConfig, ckpt_dir: Path) -> Resumed | None:
 
 
 def start_process(cfg: TrainConfig) -> tuple[torch.device, Dist]:
-    """The device and the process group; under torchrun each rank on its own GPU."""
+    """The device and the process group; under torchrun each rank on its own GPU. On the CPU, freed
+    memory is kept for the next step (:func:`~nmt.devices.keep_freed_memory`)."""
     device = select_device(cfg.trainer.device)
+    if device.type == "cpu":
+        keep_freed_memory()
     dist = init_distributed(device)
     if dist.enabled and device.type == "cuda":
         device = torch.device("cuda", dist.local_rank)
