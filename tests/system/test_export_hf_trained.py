@@ -104,7 +104,11 @@ def test_a_multilingual_model_exported_translates_with_its_tags(toy, toy_text, t
     parity = export_checkpoint(
         ExportHFConfig(checkpoint=str(checkpoint), output=str(output), check=_check(toy_text, False))
     )
-    assert parity.identical == len(parity.sentences) == 3 * len(read_lines(toy_text / "test.src"))
+    assert len(parity.sentences) == 3 * len(read_lines(toy_text / "test.src"))
+    # Marian's recomputed sinusoid moves the logits by about 1e-6: only a greedy tie closer than that
+    # may go the other way
+    assert parity.identical >= 0.99 * len(parity.sentences)
+    assert all(difference.margin < 1e-5 for difference in parity.differences)
     tokenizer = transformers.AutoTokenizer.from_pretrained(output)
     assert type(tokenizer).__name__ == "MarianTokenizer"
     assert sorted(tokenizer.supported_language_codes) == [">>cs<<", ">>de<<", ">>fr<<"]
