@@ -118,9 +118,9 @@ def dropout(x: Tensor, p: float) -> Tensor:
     """``x`` with each element zeroed with probability p and the others scaled by 1 / (1 - p).
 
     The mask is drawn as 16-bit random integers, four to each 64-bit draw of the generator, and made
-    0/1 by arithmetic rather than by a comparison and a cast of booleans: on the CPU, ``rand_like`` and
-    a comparison take about 5x as long, PyTorch's ``dropout`` (``bernoulli_``) 7x (docs/speed.md), and
-    the masks are a tenth of a small model's step. p is rounded to a multiple of 1/65536 (at most
+    0/1 by arithmetic rather than by a comparison and a cast of booleans: on the CPU, ``rand_like`` with
+    a comparison, or PyTorch's ``dropout`` (``bernoulli_``), takes several times as long, and their masks
+    were a tenth of a small model's step (docs/speed.md). p is rounded to a multiple of 1/65536 (at most
     7.6e-6 off); the scale is that of the rounded p, so the expectation is still ``x``. Off the CPU,
     ``F.dropout`` (CUDA's fused kernel)."""
     if x.device.type != "cpu":
