@@ -1,4 +1,5 @@
-"""Learning-rate schedules: linear warmup to optim.lr, then inverse square root decay or constant."""
+"""Learning-rate schedules: linear warmup to optim.lr, then inverse square root decay, constant or linear,
+with an optional cool-down to zero at the end of the budget."""
 
 import math
 
@@ -65,3 +66,22 @@ def test_unknown_schedule_is_refused_with_the_settings_not_at_a_step():
     refused = r"^optim\.schedule=cosine: must be one of inverse_sqrt, constant, linear"
     with pytest.raises(NMTError, match=refused):
         check_values(OptimConfig(schedule="cosine", warmup_steps=4000), "optim.")
+
+
+@pytest.mark.parametrize("schedule", ["inverse_sqrt", "constant"])
+def test_cooldown_leaves_the_schedule_alone_then_falls_linearly_to_zero_at_the_budgets_end(schedule):
+    plain = OptimConfig(lr=1e-3, warmup_steps=100, schedule=schedule)
+    cooled = OptimConfig(lr=1e-3, warmup_steps=100, schedule=schedule, cooldown=0.2)
+    for step, spent in ((50, 0.01), (100, 0.02), (3000, 0.5), (4000, 0.8)):
+        assert learning_rate(step, cooled, spent) == pytest.approx(learning_rate(step, plain, spent))
+    assert learning_rate(4500, cooled, 0.9) == pytest.approx(learning_rate(4500, plain, 0.9) / 2)
+    assert learning_rate(4750, cooled, 0.95) == pytest.approx(learning_rate(4750, plain, 0.95) / 4)
+    assert learning_rate(5000, cooled, 1.0) == 0.0 == learning_rate(5100, cooled, 1.02)
+    budget = 5000  # continuous where the cool-down starts: no jump
+    lrs = [learning_rate(s, cooled, (s - 1) / budget) for s in range(3900, 4100)]
+    assert max(abs(a - b) for a, b in zip(lrs, lrs[1:])) < 1e-5
+
+
+def test_cooldown_outside_zero_to_one_is_refused_at_start():
+    with pytest.raises(NMTError, match=r"^optim\.cooldown=1\.0: must be in \[0, 1\)"):
+        check_values(OptimConfig(cooldown=1.0), "optim.")

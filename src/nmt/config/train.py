@@ -309,6 +309,14 @@ class OptimConfig:
         choices=("inverse_sqrt", "constant", "linear"),
         help="learning-rate schedule after warmup (linear: to zero at the budget's end)",
     )
+    cooldown: float = knob(
+        0.0,
+        PROBABILITY,
+        help=(
+            "share of the budget, at its end, over which the schedule's rate falls linearly to zero "
+            "(the cool-down of warmup-stable-decay, Hagele et al. 2024); 0 = off"
+        ),
+    )
     clip_norm: float = knob(1.0, NON_NEGATIVE, help="0 = no clipping")
     label_smoothing: float = knob(0.1, PROBABILITY)
     src_word_dropout: float = knob(

@@ -17,8 +17,15 @@ def learning_rate(step: int, cfg: OptimConfig, spent: float = 0.0) -> float:
     ``1 - spent``, where ``spent`` is the share of the training budget (steps, epochs or minutes) used
     before this update: the rate reaches zero exactly when the budget ends, however many updates the
     machine makes, which suits a run that is stopped by its budget rather than by convergence.
+
+    ``cfg.cooldown`` > 0 multiplies any schedule by ``(1 - spent) / cooldown`` over the last ``cooldown``
+    share of the budget: the rate lands on zero when the budget ends, after a stable (or inverse square
+    root) stretch, as in the warmup-stable-decay schedule (Hagele et al. 2024).
     """
-    return SCHEDULES[cfg.schedule](step, cfg, spent)
+    rate = SCHEDULES[cfg.schedule](step, cfg, spent)
+    if cfg.cooldown:
+        rate *= min(max(1.0 - spent, 0.0) / cfg.cooldown, 1.0)
+    return rate
 
 
 def _inverse_sqrt(step: int, cfg: OptimConfig, spent: float) -> float:
