@@ -337,6 +337,29 @@ def test_a_run_stopped_on_an_update_due_for_validation_is_completed_by_resuming(
     assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["progress"] == resumed
 
 
+def test_the_averaged_checkpoints_are_the_windows_marks_not_the_validations_inside_it(
+    config, tmp_path, monkeypatch
+):
+    """20 updates, the last half the averaging window (marks at updates 12, 14, ..., 20), validated every
+    3: the validations in the window (15, 18) write no step_N.pt, which would crowd out the marks'; one
+    stopped on update 15 and resumed keeps the same ones."""
+    budget = ("trainer.max_steps=20", "trainer.valid_every=3", "trainer.average_window=0.5")
+    loop.train(config(*budget), tmp_path / "straight")
+    steps = [
+        h["step"]
+        for h in load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")["progress"]["history"]
+    ]
+    assert steps == [3, 6, 9, 12, 15, 18, 20]
+    names = sorted(p.name for p in (tmp_path / "straight" / "checkpoints").glob("step_*.pt"))
+    assert names == sorted(f"step_{s}.pt" for s in (12, 14, 16, 18, 20))
+
+    with monkeypatch.context() as patch:
+        signalled_during_update(patch, 14)
+        loop.train(config(*budget), tmp_path / "stopped")
+    loop.train(config(*budget, "trainer.resume=auto"), tmp_path / "stopped")
+    assert sorted(p.name for p in (tmp_path / "stopped" / "checkpoints").glob("step_*.pt")) == names
+
+
 def test_tensorboard_gets_the_final_metrics_once_per_run(config, tmp_path, monkeypatch):
     """Stopped after update 3 of 4 (validated at 2), resumed, re-run when ended: one hparams record, and
     one event file per session that trained."""

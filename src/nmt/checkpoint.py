@@ -203,6 +203,11 @@ def step_checkpoints(folder: Path) -> list[Path]:
     return sorted(found, key=checkpoint_step)
 
 
+def step_checkpoint(folder: Path, step: int) -> Path:
+    """Where the step checkpoint of update ``step`` goes."""
+    return folder / f"step_{step}.pt"
+
+
 def checkpoint_step(path: Path) -> int:
     """N of ``step_N.pt``."""
     return int(path.stem.removeprefix("step_"))

@@ -395,7 +395,9 @@ class TrainerConfig:
         0, NON_NEGATIVE, help="validations without improvement before stopping; 0 = never stop early"
     )
     keep_checkpoints: int = knob(
-        5, NON_NEGATIVE, help="step_N.pt kept for averaging (written at validations and window marks)"
+        5,
+        NON_NEGATIVE,
+        help="step_N.pt kept for averaging: written at average_window's marks and at validations before them",
     )
     average_window: float = knob(
         0.2, SHARE, help="share of the budget at whose end keep_checkpoints step_N.pt are spread"

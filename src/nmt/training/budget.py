@@ -5,7 +5,9 @@ is set, ``trainer.default_budget`` for the device found (minutes on a CPU, updat
 budget also places the step checkpoints for averaging: ``keep_checkpoints`` of them, evenly spaced
 over the last ``average_window`` of the run, so that the average covers the end of training on a
 fast machine and a slow one alike (a fixed step interval reaches back into early training when the
-machine makes few updates).
+machine makes few updates). Validations write step checkpoints too, but only before the window's
+first mark: inside the window they would crowd out the marks' (the newest K are kept), and the
+average would span a few validations at the very end instead of the window.
 
 :class:`BudgetClock` is the one place that knows how far a run is: its training time (validation
 included, carried over a resume), the share of the budget spent, whether it is used up, and which
@@ -92,6 +94,7 @@ class BudgetClock:
         self.budget, self.epochs = budget, epochs
         self.started = time.monotonic() - elapsed_s
         self.marks = averaging_marks(window, count)
+        self.planned = len(self.marks)
         self.pass_marks(step)
 
     def elapsed_s(self) -> float:
@@ -115,6 +118,11 @@ class BudgetClock:
     def checkpoint_due(self, step: int) -> bool:
         """Whether the budget after update ``step`` reaches the next averaging mark."""
         return bool(self.marks) and self.fraction(step) >= self.marks[0]
+
+    def validations_keep_steps(self) -> bool:
+        """Whether a validation writes ``step_N.pt``: until the first averaging mark is passed (always,
+        without marks). A run stopped early (patience) keeps its last validations for averaging."""
+        return len(self.marks) == self.planned
 
     def pass_marks(self, step: int) -> None:
         """Drop the marks that the budget after update ``step`` has reached."""

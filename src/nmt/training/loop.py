@@ -52,7 +52,8 @@ def train_in(cfg: TrainConfig, run_dir: Path, resume_hint: str) -> dict[str, flo
     if progress.pending_validation:  # stopped right after an update due for validation: validate it now
         if run.dist.is_main:
             log.info("step %d: validating, as the stopped run did not", progress.step)
-        if not validate_and_save(run):
+        written = ckpt_io.step_checkpoint(run.ckpt_dir, progress.step).is_file()  # by the stopped run
+        if not validate_and_save(run, step_file=written):
             ended = ended or early_stopping(cfg.trainer.patience)
     if ended is not None:  # a finished run, re-run (trainer.resume=auto): nothing to train
         return end(run, ended, worked, resume_hint)
@@ -78,10 +79,11 @@ def train_in(cfg: TrainConfig, run_dir: Path, resume_hint: str) -> dict[str, flo
                 ended, agreed = stop_reason(run, stats["flags"]), stats["flags"]
                 if ended is not None and ended.why is End.INTERRUPTED:  # what is due is left to a resume
                     progress.pending_validation = due_for_validation(run)
-                    save(run, step_file=agreed.checkpoint or progress.pending_validation)
+                    keep = progress.pending_validation and clock.validations_keep_steps()
+                    save(run, step_file=agreed.checkpoint or keep)
                 elif progress.step % cfg.trainer.valid_every == 0 or ended is not None:
                     validated_at = progress.step
-                    if not validate_and_save(run):
+                    if not validate_and_save(run, agreed.checkpoint or clock.validations_keep_steps()):
                         ended = ended or early_stopping(cfg.trainer.patience)
                 elif agreed.checkpoint:
                     save(run, step_file=True)
@@ -90,7 +92,7 @@ def train_in(cfg: TrainConfig, run_dir: Path, resume_hint: str) -> dict[str, flo
     finally:
         stop.restore()
     if ended.why is not End.INTERRUPTED and validated_at != progress.step and progress.step > 0:
-        validate_and_save(run)  # out of epochs between validations
+        validate_and_save(run, clock.validations_keep_steps())  # out of epochs between validations
     final = end(run, ended, True, resume_hint)
     stop.pass_on()  # last.pt is saved: a launcher's requeue signal now does what it was sent for
     return final
@@ -303,8 +305,9 @@ class Window:
         return out
 
 
-def validate_and_save(run: Run) -> bool:
-    """Validate, log and checkpoint on rank 0; False when early stopping says stop (all ranks agree)."""
+def validate_and_save(run: Run, step_file: bool) -> bool:
+    """Validate, log and checkpoint on rank 0 (``step_N.pt`` too when ``step_file``); False when early
+    stopping says stop (all ranks agree)."""
     keep_going = True
     cfg, progress = run.cfg, run.progress
     rng = all_gather_object(ckpt_io.rng_state(), run.dist)  # as it was before validating
@@ -333,7 +336,7 @@ def validate_and_save(run: Run) -> bool:
         for row in direction_table(metrics):  # several directions: BLEU and chrF above are their mean
             log.info("%s", row)
         progress.pending_validation = False
-        save(run, improved=improved, step_file=True, rng=rng)
+        save(run, improved=improved, step_file=step_file, rng=rng)
         keep_going = not (cfg.trainer.patience and progress.bad_validations >= cfg.trainer.patience)
     return bool(broadcast_object(keep_going, run.dist))
 
@@ -376,7 +379,7 @@ def save(run: Run, improved: bool = False, step_file: bool = False, rng: list[di
     if improved:
         ckpt_io.atomic_save(state, run.ckpt_dir / "best.pt")
     if step_file and run.cfg.trainer.keep_checkpoints > 0:
-        ckpt_io.atomic_save(state, run.ckpt_dir / f"step_{run.progress.step}.pt")
+        ckpt_io.atomic_save(state, ckpt_io.step_checkpoint(run.ckpt_dir, run.progress.step))
         ckpt_io.prune_step_checkpoints(run.ckpt_dir, run.cfg.trainer.keep_checkpoints)
 
 
