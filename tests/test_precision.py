@@ -170,30 +170,33 @@ def never_timed() -> tuple[float, str]:
     raise AssertionError("the probe ran where the CPU's facts decide")
 
 
-@pytest.mark.parametrize(("kind", "expected", "reason"), [("amx", "bf16", "AMX"), ("", "fp32", "no native")])
-def test_auto_follows_the_cpu_where_its_facts_decide(cpu_bf16, kind, expected, reason):
-    cpu_bf16(kind)
+def test_auto_without_native_bf16_is_fp32_untimed(cpu_bf16):
+    cpu_bf16("")
     precision, why = resolve_precision("auto", CPU, never_timed, 1.1)
-    assert precision == expected and why.startswith("auto") and reason in why
+    assert precision == "fp32" and why.startswith("auto") and "no native" in why
 
 
+@pytest.mark.parametrize("kind", ["avx512_bf16", "amx"])
 @pytest.mark.parametrize(
-    ("speedup", "expected"), [(1.3, "bf16"), (1.1, "bf16"), (1.05, "fp32"), (0.93, "fp32")]
+    ("speedup", "expected"), [(1.3, "bf16"), (1.1, "bf16"), (1.05, "fp32"), (0.83, "fp32")]
 )
-def test_auto_on_avx512_bf16_alone_takes_bf16_only_where_the_probe_finds_it_clearly_faster(
-    cpu_bf16, speedup, expected
+def test_auto_with_native_bf16_takes_it_only_where_the_probe_finds_it_clearly_faster(
+    cpu_bf16, kind, speedup, expected
 ):
-    cpu_bf16("avx512_bf16")
+    """AMX too: its bf16 matmuls run several times fp32's, yet the main job's small model stepped at
+    0.83x in bf16 on one AMX Xeon (docs/speed.md)."""
+    cpu_bf16(kind)
     precision, why = resolve_precision("auto", CPU, lambda: (speedup, "timed now"), 1.1)
     assert precision == expected
     assert f"{speedup:.2f}x as fast as fp32" in why and "timed now" in why  # the log says what and why
     assert ("cpu_bf16_min_speedup=1.1" in why) == (expected == "fp32")
 
 
-def test_auto_on_avx512_bf16_alone_without_a_probe_is_fp32(cpu_bf16):
-    cpu_bf16("avx512_bf16")
+@pytest.mark.parametrize("kind", ["avx512_bf16", "amx"])
+def test_auto_with_native_bf16_without_a_probe_is_fp32(cpu_bf16, kind):
+    cpu_bf16(kind)
     precision, why = resolve_precision("auto", CPU)
-    assert precision == "fp32" and "not timed" in why
+    assert precision == "fp32" and "not timed" in why and kind in why
 
 
 def test_kernels_capped_at_avx2_count_as_no_native_bf16(cpu_bf16, monkeypatch):

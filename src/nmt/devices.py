@@ -2,11 +2,11 @@
 
 bf16 pays off on a CPU only where the CPU computes it natively, and even there not always. Without
 bf16 instructions PyTorch emulates it, and a bf16 matmul runs hundreds of times slower than fp32. With
-AMX tiles bf16 matmuls run at several times fp32's rate. With AVX-512 BF16 alone (dot-product
-instructions, e.g. AMD Zen 4) bf16 matmuls run about twice as fast, but a small model's update is not
-all matmuls and bf16 adds casts, so the gain depends on the model, the threads and the CPU: on one
-Zen 4 the multi30k_cpu model's updates ran 1.16-1.34x as fast in bf16, timed taking turns with fp32.
-``auto`` therefore asks the CPU and, on such a CPU, times both (:func:`probe_bf16_speedup`).
+AVX-512 BF16 (dot-product instructions, e.g. AMD Zen 4) bf16 matmuls run about twice as fast, with AMX
+tiles several times; but a small model's update is not all matmuls and bf16 adds casts, so the gain
+depends on the model, the threads and the CPU. The multi30k_cpu model's updates ran 1.16-1.34x as
+fast in bf16 on one Zen 4, and 0.83x on a Xeon with AMX, whose bf16 matmuls ran 5.8x fp32's rate.
+``auto`` therefore asks the CPU and, where it has native bf16, times both (:func:`probe_bf16_speedup`).
 """
 
 from __future__ import annotations
@@ -131,9 +131,9 @@ def resolve_precision(
 ) -> tuple[str, str]:
     """The precision to train and decode in, and why (for the log).
 
-    ``auto``: bf16 on GPUs that support it, else fp16. On a CPU: bf16 with AMX; fp32 without native
-    bf16; with AVX-512 BF16 alone, bf16 if ``bf16_speedup()`` (bf16 speed / fp32 speed, and where that
-    figure comes from) is at least ``min_speedup``, else fp32 (also without ``bf16_speedup``).
+    ``auto``: bf16 on GPUs that support it, else fp16. On a CPU: fp32 without native bf16; with it
+    (AVX-512 BF16 or AMX), bf16 if ``bf16_speedup()`` (bf16 speed / fp32 speed, and where that figure
+    comes from) is at least ``min_speedup``, else fp32 (also without ``bf16_speedup``).
     """
     if name == "fp16" and device.type != "cuda":
         raise NMTError("trainer.precision=fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
@@ -146,15 +146,13 @@ def resolve_precision(
             return "bf16", "auto: the GPU supports bf16"
         return "fp16", "auto: the GPU has no bf16, fp16 with loss scaling"
     kind = cpu_bf16_kind()
-    if kind == AMX:
-        return "bf16", "auto: the CPU has AMX tiles, whose bf16 matmuls run at several times fp32's rate"
     if not kind:
         return (
             "fp32",
             "auto: no native bf16 here (avx512_bf16 or AMX, with AVX-512 kernels): it would be slow",
         )
     if bf16_speedup is None:
-        return "fp32", "auto: this CPU's bf16 is AVX-512 BF16 alone, often no faster (not timed here)"
+        return "fp32", f"auto: this CPU's bf16 ({kind}) is often no faster for a small model (not timed here)"
     speedup, source = bf16_speedup()
     if speedup >= min_speedup:
         return "bf16", f"auto: bf16 trains {speedup:.2f}x as fast as fp32 here ({source})"

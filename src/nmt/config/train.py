@@ -363,15 +363,15 @@ class TrainerConfig:
         "auto",
         choices=PRECISIONS,
         help=(
-            "auto = bf16 (fp16 if unsupported) on GPU; on a CPU bf16 with AMX, fp32 without native "
-            "bf16, and with avx512_bf16 alone whichever a timed probe finds faster"
+            "auto = bf16 (fp16 if unsupported) on GPU; on a CPU fp32 without native bf16, and with it "
+            "(avx512_bf16 or AMX) whichever a timed probe finds faster"
         ),
     )
     cpu_bf16_min_speedup: float = knob(
         1.1,
         POSITIVE,
         help=(
-            "auto on an avx512_bf16-only CPU: bf16 only if the probe finds it this many times as fast as "
+            "auto on a CPU with native bf16: bf16 only if the probe finds it this many times as fast as "
             "fp32 (bf16 rounds more: it must clearly pay, and noise must not flip the choice)"
         ),
     )
