@@ -5,8 +5,8 @@ is set, ``trainer.default_budget`` for the device found (minutes on a CPU, updat
 budget also places the step checkpoints for averaging: ``keep_checkpoints`` of them, evenly spaced
 over the last ``average_window`` of the run, so that the average covers the end of training on a
 fast machine and a slow one alike (a fixed step interval reaches back into early training when the
-machine makes few updates). Validations write step checkpoints too, but only before the window's
-first mark: inside the window they would crowd out the marks' (the newest K are kept), and the
+machine makes few updates). Validations write step checkpoints too, but inside the window only the
+last, at the budget's end: the others would crowd out the marks' (the newest K are kept), and the
 average would span a few validations at the very end instead of the window.
 
 :class:`BudgetClock` is the one place that knows how far a run is: its training time (validation
@@ -119,10 +119,12 @@ class BudgetClock:
         """Whether the budget after update ``step`` reaches the next averaging mark."""
         return bool(self.marks) and self.fraction(step) >= self.marks[0]
 
-    def validations_keep_steps(self) -> bool:
-        """Whether a validation writes ``step_N.pt``: until the first averaging mark is passed (always,
-        without marks). A run stopped early (patience) keeps its last validations for averaging."""
-        return len(self.marks) == self.planned
+    def keeps_validation(self, step: int) -> bool:
+        """Whether a validation after update ``step`` writes ``step_N.pt``: until the first averaging mark
+        is passed (always, without marks), so that a run stopped early (patience) keeps its last
+        validations; and at the budget's end, the last mark, which a slow update may have passed
+        already with the one before it."""
+        return len(self.marks) == self.planned or bool(self.finished(step))
 
     def pass_marks(self, step: int) -> None:
         """Drop the marks that the budget after update ``step`` has reached."""

@@ -79,11 +79,11 @@ def train_in(cfg: TrainConfig, run_dir: Path, resume_hint: str) -> dict[str, flo
                 ended, agreed = stop_reason(run, stats["flags"]), stats["flags"]
                 if ended is not None and ended.why is End.INTERRUPTED:  # what is due is left to a resume
                     progress.pending_validation = due_for_validation(run)
-                    keep = progress.pending_validation and clock.validations_keep_steps()
+                    keep = progress.pending_validation and clock.keeps_validation(progress.step)
                     save(run, step_file=agreed.checkpoint or keep)
                 elif progress.step % cfg.trainer.valid_every == 0 or ended is not None:
                     validated_at = progress.step
-                    if not validate_and_save(run, agreed.checkpoint or clock.validations_keep_steps()):
+                    if not validate_and_save(run, agreed.checkpoint or clock.keeps_validation(progress.step)):
                         ended = ended or early_stopping(cfg.trainer.patience)
                 elif agreed.checkpoint:
                     save(run, step_file=True)
@@ -92,7 +92,7 @@ def train_in(cfg: TrainConfig, run_dir: Path, resume_hint: str) -> dict[str, flo
     finally:
         stop.restore()
     if ended.why is not End.INTERRUPTED and validated_at != progress.step and progress.step > 0:
-        validate_and_save(run, clock.validations_keep_steps())  # out of epochs between validations
+        validate_and_save(run, clock.keeps_validation(progress.step))  # out of epochs between validations
     final = end(run, ended, True, resume_hint)
     stop.pass_on()  # last.pt is saved: a launcher's requeue signal now does what it was sent for
     return final
