@@ -5,7 +5,7 @@ bf16 instructions PyTorch emulates it, and a bf16 matmul runs hundreds of times 
 AVX-512 BF16 (dot-product instructions, e.g. AMD Zen 4) bf16 matmuls run about twice as fast, with AMX
 tiles several times; but a small model's update is not all matmuls and bf16 adds casts, so the gain
 depends on the model, the threads and the CPU. The multi30k_cpu model's updates ran 1.16-1.34x as
-fast in bf16 on one Zen 4, and 0.83x on a Xeon with AMX, whose bf16 matmuls ran 5.8x fp32's rate.
+fast in bf16 on one Zen 4, and 0.83-0.86x on a Xeon with AMX, whose bf16 matmuls ran 6x fp32's rate.
 ``auto`` therefore asks the CPU and, where it has native bf16, times both (:func:`probe_bf16_speedup`).
 """
 
